@@ -1,0 +1,37 @@
+# meshtwin: two commands for a new user (`make run`, `make test`), plus developer targets.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TWIN   := $(VENV)/bin/twin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-slow bench lint validate clean
+
+# Create the virtual environment and install the package with its test extra.
+# Re-runs only when the packaging files change, so the second call is fast.
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(TWIN) run scenarios/quickstart.yaml -o runs/quickstart.h5 --plot runs/quickstart.png
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) -m experiments.bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+validate: $(STAMP)
+	$(TWIN) validate
+
+clean:
+	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""devices package of meshtwin (see ../README.md and DESIGN layout)."""

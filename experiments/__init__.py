@@ -1,0 +1,1 @@
+"""experiments package of meshtwin (see ../README.md and DESIGN layout)."""

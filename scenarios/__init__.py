@@ -1,0 +1,1 @@
+"""scenarios package of meshtwin (see ../README.md and DESIGN layout)."""

@@ -1,0 +1,1 @@
+"""topologies package of meshtwin (see ../README.md and DESIGN layout)."""

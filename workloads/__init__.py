@@ -1,0 +1,1 @@
+"""workloads package of meshtwin (see ../README.md and DESIGN layout)."""
