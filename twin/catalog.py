@@ -89,15 +89,17 @@ class CatalogEntry:
 
 def load_entry(path: Path) -> CatalogEntry:
     """Read one catalog file; raise :class:`CatalogError` naming every unsourced number."""
+    where = f"catalog file {path}"
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise CatalogError([Problem("", f"malformed YAML: {exc}")], source=str(path)) from None
+        raise CatalogError([Problem(where, f"malformed YAML: {exc}")]) from None
     if not isinstance(raw, Mapping):
-        raise CatalogError([Problem("", "a catalog file must hold a mapping")], source=str(path))
+        raise CatalogError([Problem(where, "a catalog file must hold a mapping")])
     values, sources, problems = unwrap_sources(raw)
     if problems:
-        raise CatalogError(problems, source=str(path))
+        raise CatalogError([Problem(f"{where}: {p.path}", p.message, p.value, p.allowed)
+                            for p in problems])
     values.setdefault("name", path.stem)
     return CatalogEntry(name=path.stem, values=values, sources=sources, path=path)
 

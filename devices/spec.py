@@ -1,0 +1,98 @@
+"""Typed hardware specs: accelerators and links.
+
+These models validate both catalog entries (``devices/catalog/*/*.yaml``) and specs given
+inline in a scenario. Units are in the key names: ``_tflops`` = 1e12 FLOP/s, ``_gbps`` =
+1e9 bytes/s (gigaBYTES per second, the convention of vendor datasheets), ``_gb`` = 1e9 bytes,
+``_us`` = microseconds, ``_w`` = watts, ``_mhz`` = megahertz, ``_pj_per_bit`` = picojoules.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from twin.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+#: Bytes per element of each precision (storage format of operands).
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5,
+}
+
+class DeviceSpec(StrictModel):
+    """An accelerator (GPU or TPU chip)."""
+
+    name: str = Field(description="catalog name")
+    description: str = ""
+    kind: Literal["gpu", "tpu"] = "gpu"
+    peak_tflops: dict[Precision, PositiveFloat] = Field(
+        description="dense peak per precision at clock_mhz, TFLOP/s (1e12 FLOP/s)")
+    matmul_efficiency: dict[Precision, Fraction] = Field(
+        description="best achievable fraction of peak for large GEMMs, per precision")
+    kernel_overhead_us: NonNegativeFloat = Field(
+        description="fixed launch/tail overhead per kernel, microseconds")
+    hbm_gb: PositiveFloat = Field(description="HBM capacity, 1e9 bytes")
+    hbm_bandwidth_gbps: PositiveFloat = Field(description="peak HBM bandwidth, GB/s")
+    memory_efficiency: Fraction = Field(
+        description="achievable fraction of peak HBM bandwidth for streaming kernels")
+    hbm_type: str = Field(description="HBM generation (name in devices/catalog/hbm)")
+    hbm_stacks: int = Field(gt=0, description="number of HBM stacks")
+    hbm_pj_per_bit: PositiveFloat = Field(description="HBM access energy, pJ per bit moved")
+    clock_mhz: PositiveFloat | None = Field(
+        default=None, description="boost clock at which peak_tflops is quoted (None: unpublished)")
+    tdp_w: PositiveFloat = Field(description="board power limit (TDP/TGP), W")
+    idle_w: PositiveFloat = Field(description="power when powered on and idle, W")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeviceSpec:
+        missing = sorted(set(self.peak_tflops) - set(self.matmul_efficiency))
+        if missing:
+            raise ValueError(
+                f"matmul_efficiency lacks precision(s) {missing} listed in peak_tflops")
+        if self.idle_w >= self.tdp_w:
+            raise ValueError(f"idle_w ({self.idle_w}) must be below tdp_w ({self.tdp_w})")
+        return self
+
+    def supports(self, precision: str) -> bool:
+        """Whether the device has a peak figure for ``precision``."""
+        return precision in self.peak_tflops
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak for ``precision`` in FLOP/s."""
+        return self.peak_tflops[precision] * 1e12  # type: ignore[index]
+
+    def achievable_flops(self, precision: str) -> float:
+        """Achievable GEMM throughput for ``precision`` in FLOP/s."""
+        return self.peak_flops(precision) * self.matmul_efficiency[precision]  # type: ignore[index]
+
+    @property
+    def hbm_bytes(self) -> float:
+        """HBM capacity in bytes."""
+        return self.hbm_gb * 1e9
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """Achievable HBM bandwidth in bytes/s."""
+        return self.hbm_bandwidth_gbps * 1e9 * self.memory_efficiency
+
+class LinkSpec(StrictModel):
+    """One physical link type (one lane bundle of the kind the vendor counts as a link)."""
+
+    name: str
+    description: str = ""
+    medium: Literal["nvlink", "infiniband", "ici", "pcie", "ethernet", "nvswitch"] = "nvlink"
+    bandwidth_gbps: PositiveFloat = Field(description="nominal bandwidth per direction, GB/s")
+    efficiency: Fraction = Field(
+        description="achievable fraction of nominal bandwidth for bulk transfers")
+    latency_us: NonNegativeFloat = Field(description="per-hop latency (wire + router), us")
+    overhead_us: NonNegativeFloat = Field(
+        description="per-message software/protocol overhead at the sender, us")
+    energy_pj_per_bit: NonNegativeFloat = Field(description="transfer energy, pJ per bit")
+    idle_w: NonNegativeFloat = Field(description="power of an idle link (both directions), W")
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Achievable bandwidth per direction in bytes/s."""
+        return self.bandwidth_gbps * 1e9 * self.efficiency

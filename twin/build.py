@@ -1,0 +1,111 @@
+"""Build the parts of a run from a validated scenario (no simulation happens here).
+
+``build(scenario)`` returns a :class:`Model`: topology, router, parallel layout, per-stage
+programs and block costs. The run module then creates the engine, fabric and agents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from devices.accelerator import BlockCost, ComputeModel
+from topologies.graph import Topology, build_topology
+from topologies.routing import Router
+from twin.scenario import Scenario
+from workloads.feasibility import microbatches
+from workloads.memory import StageMemory, memory_per_stage, optimizer_entry
+from workloads.parallel import Layout
+from workloads.schedules import StageWork, build_program
+from workloads.transformer import Block, Kernel, TransformerCosts, grad_bytes_per_element
+
+
+@dataclass
+class Model:
+    """Everything static about a run."""
+
+    scenario: Scenario
+    topo: Topology
+    router: Router
+    layout: Layout
+    costs: TransformerCosts
+    stage_memory: list[StageMemory]
+    programs: dict[int, list[tuple]]
+    block_costs: dict[int, dict[str, BlockCost]]
+    microbatches: int
+    symmetric: bool
+    hbm_pj_per_bit: float
+
+
+def uses_symmetry(scen: Scenario) -> bool:
+    """Symmetry is used unless disabled, or something random or faulty tells ranks apart."""
+    sim = scen.simulation
+    return sim.symmetry == "auto" and sim.compute_jitter_cov == 0 and not scen.faults
+
+
+def stage_blocks(tc: TransformerCosts, params: float) -> dict[str, Block]:
+    """The compute blocks a stage may run (``params``: parameters on one of its ranks)."""
+    opt = optimizer_entry()
+    mixed = tc.precision not in ("fp32", "tf32")
+    upd = opt["update_bytes_per_param"]["mixed" if mixed else "fp32"]
+    blocks = {
+        "attn_fwd": tc.attention_block(), "mlp_fwd": tc.mlp_block(),
+        "attn_bwd": tc.attention_block(True), "mlp_bwd": tc.mlp_block(True),
+        "embed_fwd": tc.embedding_block(), "embed_bwd": tc.embedding_block(True),
+        "logits_fwd": tc.logits_block(), "logits_bwd": tc.logits_block(True),
+        "optimizer": Block("optimizer", (Kernel("adam", opt["update_flops_per_param"] * params,
+                                                upd * params, False),)),
+    }
+    rec = tc.recompute_blocks()
+    if rec:
+        blocks["recompute"] = Block("recompute", tuple(k for b in rec for k in b.kernels))
+    return blocks
+
+
+def build(scen: Scenario) -> Model:
+    """Topology, layout, programs and costs of ``scen``."""
+    cl, w = scen.cluster, scen.workload
+    par = w.parallelism
+    topo = build_topology(cl.topology.kind, cl.topology.shape, cl.link.name, cl.links_per_edge)
+    router = Router(topo)
+    symmetric = uses_symmetry(scen)
+    layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric)
+    tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, par.tp,
+                          w.sequence_parallel, w.recompute)
+    m = microbatches(w)
+    mem = memory_per_stage(tc, par.pp, m, w.schedule, w.virtual_stages, par.dp)
+    pj = cl.device.hbm_pj_per_bit
+    compute = ComputeModel(cl.device, w.precision, pj)
+    ge = grad_bytes_per_element(w.precision)
+    layers_per_chunk = w.model.layers // (par.pp * w.virtual_stages)
+    programs, block_costs = {}, {}
+    for stage in range(par.pp):
+        work = StageWork(
+            stage=stage, pp=par.pp, virtual=w.virtual_stages, microbatches=m,
+            layers_per_chunk=layers_per_chunk, tp=par.tp,
+            sequence_parallel=w.sequence_parallel, recompute=w.recompute,
+            activation_bytes=w.micro_batch * w.seq * w.model.hidden * tc.e,
+            layer_grad_bytes=tc.layer_params() / par.tp * ge,
+            embed_grad_bytes=tc.embedding_params() / par.tp * ge,
+            head_grad_bytes=(tc.output_params() + (w.model.vocab * w.model.hidden
+                                                   if w.model.tied_embeddings and par.pp > 1
+                                                   else 0)) / par.tp * ge,
+            bucket_bytes=w.grad_bucket_mb * 1e6,
+        )
+        schedule = w.schedule if par.pp > 1 else "1f1b"
+        programs[stage] = build_program(work, schedule)
+        blocks = stage_blocks(tc, mem[stage].params)
+        block_costs[stage] = {name: compute.block_cost(b) for name, b in blocks.items()}
+    return Model(scen, topo, router, layout, tc, mem, programs, block_costs, m, symmetric, pj)
+
+
+def model_flops_per_iteration(model: Model) -> float:
+    """Model FLOPs (GEMM and attention, no recomputation) of one iteration, whole job."""
+    w = model.scenario.workload
+    return model.costs.model_flops_per_microbatch() * model.microbatches * w.parallelism.dp
+
+
+def class_sizes(model: Model) -> np.ndarray:
+    """Ranks per class."""
+    return np.array([len(c) for c in model.layout.classes], dtype=np.int64)

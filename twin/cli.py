@@ -1,0 +1,191 @@
+"""The ``twin`` command line: one small class per subcommand.
+
+Exit codes: 0 success, 2 bad input (with every problem named by field path), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from twin.errors import ScenarioError
+
+EXIT_BAD_INPUT = 2
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+    return str(v)
+
+
+def print_summary(summary: dict[str, Any], out=sys.stdout) -> None:
+    """Human-readable summary: one key per line, SI units in the key names."""
+    width = max(len(k) for k in summary)
+    for k, v in summary.items():
+        print(f"  {k:<{width}}  {_fmt(v)}", file=out)
+
+
+class Command:
+    """A subcommand: ``name``, ``help``, ``add_arguments`` and ``run``."""
+
+    name = ""
+    help = ""
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        """Declare the subcommand's arguments."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Execute; return the exit code."""
+        raise NotImplementedError
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    ov = list(args.set or [])
+    if getattr(args, "seed", None) is not None:
+        ov.append(f"seed={args.seed}")
+    return ov
+
+
+class RunCommand(Command):
+    name = "run"
+    help = "simulate a scenario, write its trace and print the summary"
+
+    def add_arguments(self, p):
+        p.add_argument("scenario", help="scenario YAML file")
+        p.add_argument("-o", "--output", help="trace path (default: trace.path or runs/NAME.h5)")
+        p.add_argument("--seed", type=int, help="override the scenario seed")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override any scenario key, e.g. workload.parallelism.dp=4")
+        p.add_argument("--plot", help="also write a timeline PNG here")
+        p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    def run(self, args):
+        from twin.api import load_scenario, run
+
+        scen = load_scenario(args.scenario, _overrides(args))
+        result = run(scen, trace_path=args.output)
+        if args.json:
+            print(json.dumps(result.summary, indent=2))
+        else:
+            print(f"scenario {scen.name}: {scen.cluster.topology.kind} "
+                  f"{'x'.join(map(str, scen.cluster.topology.shape))} x {scen.cluster.device.name},"
+                  f" {scen.workload.model.name}, dp={scen.workload.parallelism.dp} "
+                  f"tp={scen.workload.parallelism.tp} pp={scen.workload.parallelism.pp}")
+            print_summary(result.summary)
+            if result.trace_path:
+                print(f"trace: {result.trace_path}")
+        if args.plot and result.trace_path:
+            from twin.plots import timeline
+
+            print(f"timeline: {timeline(result.trace_path, args.plot)}")
+        return 0
+
+
+class SummaryCommand(Command):
+    name = "summary"
+    help = "print the summary stored in a trace"
+
+    def add_arguments(self, p):
+        p.add_argument("trace", help="trace file (.h5)")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args):
+        from twin.trace import read_attrs
+
+        path = Path(args.trace)
+        if not path.is_file():
+            raise ScenarioError(f"trace file not found: {path}")
+        try:
+            attrs = read_attrs(path)
+        except OSError as exc:
+            raise ScenarioError(f"{path} is not a readable HDF5 trace ({exc})") from None
+        if "summary" not in attrs:
+            raise ScenarioError(f"{path} has no summary (not a meshtwin trace?)")
+        if args.json:
+            print(json.dumps(attrs["summary"], indent=2))
+        else:
+            print(f"trace {path} (schema {attrs.get('schema_version')}, twin "
+                  f"{attrs.get('twin_version')}, seed {attrs.get('seed')})")
+            print_summary(attrs["summary"])
+        return 0
+
+
+class CheckCommand(Command):
+    name = "check"
+    help = "validate scenario files without running them"
+
+    def add_arguments(self, p):
+        p.add_argument("scenarios", nargs="+", help="scenario YAML files")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
+
+    def run(self, args):
+        from twin.api import load_scenario
+
+        bad = 0
+        for path in args.scenarios:
+            try:
+                scen = load_scenario(path, args.set or [])
+            except ScenarioError as exc:
+                bad += 1
+                print(f"FAIL {exc}", file=sys.stderr)
+            else:
+                print(f"ok   {path} ({scen.name})")
+        return EXIT_BAD_INPUT if bad else 0
+
+
+class CatalogCommand(Command):
+    name = "catalog"
+    help = "list catalog entries (devices, links, models, hbm)"
+
+    def add_arguments(self, p):
+        p.add_argument("kind", nargs="?", choices=["devices", "links", "models", "hbm"],
+                       help="which catalog (default: all)")
+
+    def run(self, args):
+        from twin.catalogs import catalog, catalog_kinds
+
+        for kind in [args.kind] if args.kind else catalog_kinds():
+            print(f"{kind}:")
+            for e in catalog(kind):
+                v = e.values
+                desc = v.get("description", "")
+                print(f"  {e.name:<16} {desc}")
+        return 0
+
+
+COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand()]
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    p = argparse.ArgumentParser(prog="twin", description="meshtwin: digital twin of DL training "
+                                "on 2D mesh / torus clusters")
+    sub = p.add_subparsers(dest="command", required=True)
+    for cmd in COMMANDS:
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.add_arguments(sp)
+        sp.set_defaults(_cmd=cmd)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``twin`` console script."""
+    args = parser().parse_args(argv)
+    try:
+        return args._cmd.run(args)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Scenario files: YAML -> validated, immutable :class:`Scenario`.
+
+Loading goes: read YAML -> resolve catalog names (``cluster.device: h100-sxm``) into inline
+specs -> apply ``--set dotted.key=value`` overrides -> validate every section (pydantic,
+unknown keys rejected) -> cross-section checks (devices vs parallelism, precision vs device,
+fault targets vs topology). Every problem found is reported at once in one
+:class:`~twin.errors.ScenarioError`, each with its field path.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Field, PrivateAttr, ValidationError
+
+from devices.spec import DeviceSpec, LinkSpec, Precision
+from topologies.spec import TopologySpec
+from twin.catalogs import REFERENCES, resolve
+from twin.errors import InfeasibleConfig, Problem, ScenarioError
+from twin.schema import (
+    NonNegativeFloat,
+    PositiveFloat,
+    StrictModel,
+    field_names,
+    problems_from_validation,
+)
+from workloads.spec import ModelSpec
+
+TRACE_TABLES = ("ops", "messages", "links", "power", "ranks", "faults")
+
+
+class ClusterSpec(StrictModel):
+    """Hardware: topology, accelerator and link type."""
+
+    topology: TopologySpec
+    device: DeviceSpec
+    link: LinkSpec
+    links_per_edge: int = Field(default=1, ge=1, description="physical links per graph edge")
+
+
+class ParallelismSpec(StrictModel):
+    """Hybrid-parallel degrees; dp * tp * pp must equal the number of devices."""
+
+    dp: int = Field(default=1, ge=1, description="data-parallel replicas")
+    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks per layer")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
+
+    @property
+    def world(self) -> int:
+        """Ranks in the job."""
+        return self.dp * self.tp * self.pp
+
+
+class WorkloadSpec(StrictModel):
+    """What is trained and how."""
+
+    model: ModelSpec
+    precision: Precision = "bf16"
+    seq_len: int | None = Field(default=None, gt=0, description="tokens; default: model's")
+    global_batch: int = Field(gt=0, description="sequences per iteration")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per microbatch")
+    parallelism: ParallelismSpec = ParallelismSpec()
+    iterations: int = Field(default=1, gt=0, description="training iterations to simulate")
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = Field(
+        default="1f1b", description="pipeline schedule")
+    virtual_stages: int = Field(default=1, ge=1,
+                                description="model chunks per stage (interleaved schedule)")
+    recompute: Literal["none", "selective", "full"] = "none"
+    sequence_parallel: bool = Field(
+        default=False, description="split norms/dropout along the sequence across TP ranks "
+                                   "(TP collectives become reduce-scatter + all-gather)")
+    placement: Literal["snake", "row-major"] = "snake"
+    grad_bucket_mb: PositiveFloat = Field(
+        default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
+
+    @property
+    def seq(self) -> int:
+        """Sequence length in tokens."""
+        return self.seq_len or self.model.seq_len
+
+
+class NetworkSpec(StrictModel):
+    """How transfers are simulated."""
+
+    model: Literal["flow", "packet"] = Field(
+        default="flow",
+        description="flow: max-min fair sharing of link bandwidth (fast); packet: messages cut "
+                    "into packets that queue FIFO on each link (detailed)")
+    packet_kib: PositiveFloat = Field(default=1024.0, description="packet size, KiB (packet)")
+    retransmit_timeout_s: PositiveFloat = Field(
+        default=1.07, description="wait before resending a transfer cut by a link failure, s "
+                                  "(NCCL_IB_TIMEOUT=18: 4.096 us * 2^18)")
+
+
+class SimulationSpec(StrictModel):
+    """Engine options."""
+
+    symmetry: Literal["auto", "off"] = Field(
+        default="auto", description="auto: simulate one representative of ranks that nothing "
+                                    "random or faulty distinguishes; off: every rank")
+    compute_jitter_cov: NonNegativeFloat = Field(
+        default=0.0, description="coefficient of variation of compute-op durations "
+                                 "(lognormal); > 0 makes runs depend on the seed")
+
+
+class PowerSpec(StrictModel):
+    """Power accounting options."""
+
+    sample_interval_ms: PositiveFloat = Field(
+        default=10.0, description="spacing of the power trace samples, ms (energy is "
+                                  "integrated exactly regardless)")
+
+
+class LinkFault(StrictModel):
+    """A link (both directions of a graph edge) goes down or comes back at a fixed time."""
+
+    kind: Literal["link_down", "link_up"]
+    time_s: NonNegativeFloat
+    link: tuple[int, int] = Field(description="the edge's two device ids")
+
+
+FaultSpec = Annotated[LinkFault, Field(discriminator="kind")]
+
+
+class TraceSpec(StrictModel):
+    """What the run writes."""
+
+    enabled: bool = True
+    path: str | None = Field(default=None, description="default runs/<name>.h5")
+    tables: list[Literal["ops", "messages", "links", "power", "ranks", "faults"]] = list(
+        TRACE_TABLES)
+    compression: Literal["gzip", "lzf", "none"] = "gzip"
+
+
+class Scenario(StrictModel):
+    """A whole scenario: the input of one run."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    cluster: ClusterSpec
+    workload: WorkloadSpec
+    network: NetworkSpec = NetworkSpec()
+    simulation: SimulationSpec = SimulationSpec()
+    power: PowerSpec = PowerSpec()
+    faults: list[FaultSpec] = []
+    trace: TraceSpec = TraceSpec()
+
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each catalog number came from, by dotted scenario path."""
+        return dict(self._sources)
+
+    @property
+    def trace_path(self) -> Path:
+        """Where the trace is written."""
+        return Path(self.trace.path or f"runs/{self.name}.h5")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario as plain data (catalog names expanded)."""
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        """The resolved scenario as YAML (stored in every trace)."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def replace(self, overrides: list[str] | dict[str, Any]) -> Scenario:
+        """A copy with overrides applied and validated again."""
+        raw = self.to_dict()
+        scen = _build(raw, overrides, source="<scenario>")
+        scen._sources.update({k: v for k, v in self._sources.items()})
+        return scen
+
+
+# ----------------------------------------------------------------------------- loading
+def _known_fields() -> dict[str, list[str]]:
+    known = {
+        "": field_names(Scenario),
+        "cluster": field_names(ClusterSpec),
+        "cluster.topology": field_names(TopologySpec),
+        "cluster.device": field_names(DeviceSpec),
+        "cluster.link": field_names(LinkSpec),
+        "workload": field_names(WorkloadSpec),
+        "workload.model": field_names(ModelSpec),
+        "workload.parallelism": field_names(ParallelismSpec),
+        "network": field_names(NetworkSpec),
+        "simulation": field_names(SimulationSpec),
+        "power": field_names(PowerSpec),
+        "trace": field_names(TraceSpec),
+    }
+    return known
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``dotted.key=value``; the value is parsed as YAML (``4``, ``[4, 4]``, ``fp8``)."""
+    if "=" not in text:
+        raise ScenarioError([Problem("--set", "override must look like dotted.key=value", text)])
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ScenarioError([Problem("--set", "empty key in override", text)])
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError([Problem(key, f"value is not valid YAML: {exc}", raw)]) from None
+    return key, value
+
+
+def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]) -> None:
+    parts = key.split(".")
+    node: Any = raw
+    for i, part in enumerate(parts[:-1]):
+        here = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError([Problem(here, "no such list index", part,
+                                             f"0..{len(node) - 1}")])
+            nxt = node[int(part)]
+        elif isinstance(node, dict):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif isinstance(nxt, str) and here in REFERENCES:
+                nxt, src = resolve(REFERENCES[here], nxt, here)
+                sources.update(src)
+                node[part] = nxt
+        else:
+            raise ScenarioError([Problem(here, "cannot set a key inside a scalar", node)])
+        if isinstance(node, dict):
+            node[part] = nxt
+        node = nxt
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ScenarioError([Problem(key, "no such list index", last)])
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+        for dotted in list(sources):
+            if dotted == key or dotted.startswith(key + "."):
+                del sources[dotted]  # the user replaced a catalog value
+    else:
+        raise ScenarioError([Problem(key, "cannot set a key inside a scalar", node)])
+
+
+def _get_path(raw: Any, key: str) -> Any:
+    node = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _resolve_refs(raw: dict[str, Any], sources: dict[str, str]) -> list[Problem]:
+    problems: list[Problem] = []
+    for path, kind in REFERENCES.items():
+        value = _get_path(raw, path)
+        if value is None:
+            continue
+        try:
+            resolved, src = resolve(kind, value, path)
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+            continue
+        parent = _get_path(raw, path.rsplit(".", 1)[0])
+        if isinstance(resolved, dict):
+            resolved = dict(resolved)
+        parent[path.rsplit(".", 1)[1]] = resolved
+        sources.update(src)
+    return problems
+
+
+def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) -> Scenario:
+    if not isinstance(raw, dict):
+        raise ScenarioError([Problem("", "a scenario must be a YAML mapping",
+                                     type(raw).__name__, "name, seed, cluster, workload, ...")],
+                            source=source)
+    raw = copy.deepcopy(raw)
+    sources: dict[str, str] = {}
+    problems = _resolve_refs(raw, sources)
+    items = overrides.items() if isinstance(overrides, dict) else [
+        parse_override(o) for o in (overrides or [])]
+    for key, value in items:
+        try:
+            _set_path(raw, key, value, sources)
+        except ScenarioError as exc:
+            problems.extend(exc.problems)
+    if not problems:
+        problems.extend(_resolve_refs(raw, sources))
+    if problems:
+        raise ScenarioError(problems, source=source)
+    try:
+        scen = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(problems_from_validation(exc, known_fields=_known_fields()),
+                            source=source) from None
+    problems = check_consistency(scen)
+    if problems:
+        raise ScenarioError(problems, source=source)
+    from workloads.feasibility import check_memory
+
+    problems = check_memory(scen.workload, scen.cluster.device)
+    if problems:
+        raise InfeasibleConfig(problems, source=source)
+    scen._sources.update(sources)
+    return scen
+
+
+def load_scenario(path: str | Path | dict[str, Any],
+                  overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+    """Load, resolve and validate a scenario.
+
+    Args:
+        path: a YAML file, or an already parsed mapping.
+        overrides: ``["workload.parallelism.dp=4", ...]`` or ``{"seed": 3}``; values are parsed
+            as YAML and validated with the schema's types.
+
+    Raises:
+        ScenarioError: listing every problem (missing file, malformed YAML, unknown key, wrong
+            type, unknown catalog name, inconsistent sections), each with its field path.
+    """
+    if isinstance(path, dict):
+        return _build(path, overrides, source="<dict>")
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError([Problem("", "scenario file not found", str(p),
+                                     "a path to a YAML file")], source=str(p))
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([Problem("", f"malformed YAML{where}: {reason}")],
+                            source=str(p)) from None
+    return _build(raw, overrides, source=str(p))
+
+
+# ----------------------------------------------------------------------------- consistency
+def check_consistency(scen: Scenario) -> list[Problem]:
+    """Cross-section checks that single fields cannot express."""
+    from workloads.feasibility import check_workload  # workloads own model/strategy rules
+
+    problems: list[Problem] = []
+    topo = scen.cluster.topology
+    par = scen.workload.parallelism
+    if par.world != topo.num_devices:
+        problems.append(Problem(
+            "workload.parallelism",
+            f"dp*tp*pp = {par.dp}*{par.tp}*{par.pp} = {par.world} but the {topo.kind} "
+            f"{'x'.join(map(str, topo.shape))} has {topo.num_devices} devices",
+            {"dp": par.dp, "tp": par.tp, "pp": par.pp},
+            f"degrees whose product is {topo.num_devices}"))
+    dev = scen.cluster.device
+    prec = scen.workload.precision
+    if not dev.supports(prec):
+        problems.append(Problem("workload.precision", f"{dev.name} has no {prec} peak", prec,
+                                ", ".join(dev.peak_tflops)))
+    problems.extend(check_workload(scen.workload))
+    problems.extend(_check_faults(scen))
+    return problems
+
+
+def _check_faults(scen: Scenario) -> list[Problem]:
+    from topologies.graph import build_topology
+
+    problems: list[Problem] = []
+    if not scen.faults:
+        return problems
+    t = scen.cluster.topology
+    graph = build_topology(t.kind, t.shape, scen.cluster.link.name).graph
+    for i, f in enumerate(scen.faults):
+        u, v = f.link
+        if not graph.has_edge(u, v):
+            problems.append(Problem(f"faults.{i}.link", "no such edge in the topology",
+                                    [u, v], "two neighbouring device ids"))
+    return problems

@@ -1,0 +1,100 @@
+"""Summary metrics of a run (SI units), computed from the agents' counters.
+
+Keys of the DESIGN contract: ``iteration_time_s``, ``iterations``, ``makespan_s``, ``energy_j``,
+``energy_per_iteration_j``, ``energy_breakdown_j`` {compute, memory, network, static, idle,
+regulator}, ``avg_power_w``, ``peak_power_w``, ``tflops_per_device``, ``mfu``, ``devices``,
+``bubble_fraction``, ``exposed_comm_fraction``, ``events``, ``wall_time_s``; plus details
+(per-class times, memory per device, bytes sent/received, symmetry used, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from twin.build import Model, class_sizes, model_flops_per_iteration
+
+SUMMARY_KEYS = ("iteration_time_s", "iterations", "makespan_s", "energy_j",
+                "energy_per_iteration_j", "energy_breakdown_j", "avg_power_w", "peak_power_w",
+                "tflops_per_device", "mfu", "devices", "bubble_fraction",
+                "exposed_comm_fraction", "events", "wall_time_s")
+
+
+def _peak_device_power(ex, sizes: np.ndarray) -> float:
+    """Peak of the summed device power from the class power segments (sweep line)."""
+    return float(ex.peak_power_w(sizes)) if hasattr(ex, "peak_power_w") else float("nan")
+
+
+def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
+    """The summary dictionary of a finished simulation."""
+    scen = model.scenario
+    sizes = class_sizes(model)
+    n_dev = int(sizes.sum())
+    makespan = float(env.now)
+    iters = scen.workload.iterations
+    ends = np.array([s.iteration_end for s in ex.stats])  # (classes, iterations)
+    it_end = ends.max(axis=0)
+    it_times = np.diff(np.concatenate([[0.0], it_end]))
+    it_time = float(it_times.mean())
+    flops = model_flops_per_iteration(model)
+    peak = scen.cluster.device.peak_flops(scen.workload.precision)
+
+    def per_device(attr: str) -> float:
+        return float(sum(getattr(s, attr) * n for s, n in zip(ex.stats, sizes, strict=True)))
+
+    link_bytes = fabric.link_bytes
+    network_j = float((link_bytes * fabric.energy_per_byte).sum() + fabric.idle_w.sum() * makespan)
+    breakdown = {
+        "compute": per_device("compute_j"),
+        "memory": per_device("memory_j"),
+        "network": network_j,
+        "static": per_device("static_j"),
+        "idle": per_device("idle_j"),
+        "regulator": 0.0,
+    }
+    energy = float(sum(breakdown.values()))
+    busy = per_device("compute_s")
+    tp = per_device("tp_s")
+    recv = per_device("recv_s")
+    dpw = per_device("dp_wait_s")
+    denom = n_dev * makespan if makespan > 0 else 1.0
+    hops = model.layout.hops_per_group(model.router)
+    exec_flops = per_device("gemm_flops")
+    return {
+        "iteration_time_s": it_time,
+        "iterations": iters,
+        "makespan_s": makespan,
+        "energy_j": energy,
+        "energy_per_iteration_j": energy / iters,
+        "energy_breakdown_j": breakdown,
+        "avg_power_w": energy / makespan if makespan > 0 else 0.0,
+        "peak_power_w": _peak_device_power(ex, sizes) + fabric.idle_w.sum(),
+        "tflops_per_device": flops / it_time / n_dev / 1e12 if it_time > 0 else 0.0,
+        "mfu": flops / (it_time * n_dev * peak) if it_time > 0 else 0.0,
+        "devices": n_dev,
+        "bubble_fraction": recv / denom,
+        "exposed_comm_fraction": (tp + dpw) / denom,
+        "events": int(env.events_processed),
+        "wall_time_s": wall_s,
+        # details
+        "model_flops_per_iteration": flops,
+        "executed_flops_per_iteration": exec_flops / iters,
+        "compute_time_per_device_s": busy / n_dev,
+        "tp_comm_time_per_device_s": tp / n_dev,
+        "pipeline_wait_per_device_s": recv / n_dev,
+        "dp_wait_per_device_s": dpw / n_dev,
+        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw) / n_dev, 0.0),
+        "memory_per_device_gb": {f"stage{m.stage}": m.total / 1e9 for m in model.stage_memory},
+        "microbatches": model.microbatches,
+        "bytes_sent": float(fabric.bytes_sent.sum()),
+        "bytes_received": float(fabric.bytes_received.sum()),
+        "link_bytes": float(link_bytes.sum()),
+        "max_link_utilization": float((link_bytes / (fabric.capacity * makespan)).max())
+        if makespan > 0 else 0.0,
+        "hops_per_ring_edge": hops,
+        "reroutes": int(fabric.reroutes),
+        "network_model": scen.network.model,
+        "symmetry_used": bool(model.symmetric),
+        "rank_classes": len(sizes),
+    }

@@ -1,0 +1,105 @@
+"""Memory per device: weights, gradients, optimizer state and activations, per pipeline stage.
+
+Activation sizes follow Korthikanti et al. 2022 (sec. 4, Table 2) with flash attention, so the
+``5 a s / h`` term for stored attention scores is absent: per layer and microbatch a rank keeps
+``s b h (10 + 24/t)`` 16-bit values with tensor parallelism alone, ``34 s b h / t`` with
+sequence parallelism, and ``2 s b h`` (the layer input; ``/t`` with SP) under full recompute.
+Selective recompute stores the same as no recompute here because flash attention already
+avoids storing the score matrices. The fp32 logits of the last stage are added. Values are
+scaled from 16-bit to the run's activation precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import workloads
+from twin.catalog import Catalog
+from workloads.transformer import (
+    TransformerCosts,
+    grad_bytes_per_element,
+    weight_bytes_per_element,
+)
+
+
+@cache
+def optimizer_entry(name: str = "adam") -> dict:
+    """Values of an optimizer catalog entry (``workloads/catalog/optimizers``)."""
+    cat = Catalog("optimizers", Path(workloads.__file__).parent / "catalog" / "optimizers")
+    return cat.get(name, "workload.optimizer").values
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per device of one pipeline stage."""
+
+    stage: int
+    params: float
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        """All bytes."""
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+
+def stage_layers(layers: int, pp: int, virtual: int = 1) -> list[int]:
+    """Transformer layers per stage (chunks of a stage summed); layers must divide evenly."""
+    per = layers // (pp * virtual)
+    return [per * virtual] * pp
+
+
+def in_flight_microbatches(schedule: str, pp: int, stage: int, microbatches: int,
+                           virtual: int = 1) -> float:
+    """Microbatches whose activations a stage holds at its peak, in whole-stage units.
+
+    GPipe keeps all ``m``; 1F1B keeps ``pp - stage`` (its warm-up depth plus one); interleaved
+    1F1B with ``v`` chunks per stage runs ``2 (pp - stage - 1) + (v - 1) pp`` warm-up chunk
+    forwards plus one (Megatron-LM's schedule), each chunk holding ``1/v`` of the stage.
+    """
+    if schedule == "gpipe":
+        return float(microbatches)
+    if schedule == "interleaved" and virtual > 1:
+        chunks = min(2 * (pp - stage - 1) + (virtual - 1) * pp + 1, microbatches * virtual)
+        return chunks / virtual
+    return float(min(pp - stage, microbatches))
+
+
+def memory_per_stage(costs: TransformerCosts, pp: int, microbatches: int, schedule: str,
+                     virtual: int = 1, dp: int = 1) -> list[StageMemory]:
+    """Memory of one device of every pipeline stage."""
+    m, t = costs.m, costs.t
+    opt = optimizer_entry()
+    mixed = costs.precision not in ("fp32", "tf32")
+    state = opt["state_bytes_per_param"]["mixed" if mixed else "fp32"]
+    we = weight_bytes_per_element(costs.precision)
+    ge = grad_bytes_per_element(costs.precision)
+    s, b, h = costs.s, costs.b, m.hidden
+    act_scale = costs.e / 2.0
+    if costs.recompute == "full":
+        per_layer = 2.0 * s * b * h / (t if costs.sp else 1)
+    elif costs.sp:
+        per_layer = 34.0 * s * b * h / t
+    else:
+        per_layer = s * b * h * (10.0 + 24.0 / t)
+    per_layer *= act_scale
+    out = []
+    for stage, n_layers in enumerate(stage_layers(m.layers, pp, virtual)):
+        params = n_layers * costs.layer_params() / t
+        if stage == 0:
+            params += costs.embedding_params() / t
+        if stage == pp - 1:
+            params += costs.output_params() / t
+            if m.tied_embeddings and pp > 1:
+                params += m.vocab * h / t  # last stage keeps its own copy of the shared matrix
+        flight = in_flight_microbatches(schedule, pp, stage, microbatches, virtual)
+        acts = per_layer * n_layers * flight
+        if stage == pp - 1:
+            acts += 4.0 * s * b * m.vocab / t  # fp32 logits for the loss
+        out.append(StageMemory(stage, params, params * we, params * ge, params * state, acts))
+    return out

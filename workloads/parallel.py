@@ -1,0 +1,130 @@
+"""The parallel layout of a job: ranks, their devices, process groups and rank classes.
+
+Rank ``r`` has coordinates ``(d, p, t)`` = (data-parallel replica, pipeline stage,
+tensor-parallel index) with ``r = (d * pp + p) * tp + t``.
+
+A *rank class* is a set of ranks the engine simulates as one agent because they execute the
+same program at the same times: with symmetry on, all ranks of a pipeline stage form one class
+(their compute is identical; their traffic is still sent for every member, so link contention
+is exact under the symmetry assumption); with symmetry off every rank is its own class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from topologies.graph import Topology
+from topologies.placement import place, ring_order
+
+
+@dataclass
+class Layout:
+    """Ranks, devices and groups of a ``dp x pp x tp`` job on a topology."""
+
+    topo: Topology
+    dp: int
+    pp: int
+    tp: int
+    placement: str = "snake"
+    symmetric: bool = True
+    device: np.ndarray = field(init=False)      # device of each rank
+    rank_class: np.ndarray = field(init=False)  # class of each rank
+    classes: list[np.ndarray] = field(init=False)  # ranks of each class
+    class_stage: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.device = place(self.topo, self.dp, self.pp, self.tp, self.placement)
+        world = self.world
+        r = np.arange(world)
+        stage = (r // self.tp) % self.pp
+        if self.symmetric:
+            self.rank_class = stage.copy()
+        else:
+            self.rank_class = r.copy()
+        n_cls = int(self.rank_class.max()) + 1
+        self.classes = [np.flatnonzero(self.rank_class == c) for c in range(n_cls)]
+        self.class_stage = np.array([stage[c[0]] for c in self.classes], dtype=np.int64)
+        self._ring_cache: dict[tuple[str, int], np.ndarray] = {}
+
+    @property
+    def world(self) -> int:
+        """Number of ranks."""
+        return self.dp * self.pp * self.tp
+
+    def coords(self, rank: int | np.ndarray) -> tuple:
+        """(d, p, t) of rank(s)."""
+        r = np.asarray(rank)
+        return r // (self.pp * self.tp), (r // self.tp) % self.pp, r % self.tp
+
+    def rank(self, d, p, t):
+        """Rank of coordinates (d, p, t) (arrays broadcast)."""
+        return (np.asarray(d) * self.pp + np.asarray(p)) * self.tp + np.asarray(t)
+
+    # ----------------------------------------------------------------- groups
+    def group_id(self, kind: str, ranks: np.ndarray) -> np.ndarray:
+        """Id of the ``kind`` group (``tp``, ``dp``) each rank belongs to."""
+        d, p, t = self.coords(ranks)
+        if kind == "tp":
+            return d * self.pp + p
+        if kind == "dp":
+            return p * self.tp + t
+        raise ValueError(kind)
+
+    def group_ranks(self, kind: str, gid: int) -> np.ndarray:
+        """Ranks of group ``gid`` of ``kind``."""
+        if kind == "tp":
+            d, p = divmod(int(gid), self.pp)
+            return self.rank(d, p, np.arange(self.tp))
+        if kind == "dp":
+            p, t = divmod(int(gid), self.tp)
+            return self.rank(np.arange(self.dp), p, t)
+        raise ValueError(kind)
+
+    def group_devices(self, kind: str, gid: int) -> np.ndarray:
+        """Devices of a group, in ring order (cached)."""
+        key = (kind, int(gid))
+        ring = self._ring_cache.get(key)
+        if ring is None:
+            ring = ring_order(self.topo, self.device[self.group_ranks(kind, gid)])
+            self._ring_cache[key] = ring
+        return ring
+
+    def class_groups(self, kind: str, cls: int) -> np.ndarray:
+        """Distinct ``kind`` groups touched by the ranks of class ``cls``."""
+        return np.unique(self.group_id(kind, self.classes[cls]))
+
+    def group_classes(self, kind: str, gids: np.ndarray) -> np.ndarray:
+        """Classes of all ranks of the given groups."""
+        ranks = np.concatenate([self.group_ranks(kind, g) for g in gids])
+        return np.unique(self.rank_class[ranks])
+
+    def peer_ranks(self, cls: int, direction: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ranks of class, their pipeline neighbours ``direction`` = +1 next / -1 previous),
+        wrapping around the pipeline (the interleaved schedule sends stage pp-1 -> 0)."""
+        ranks = self.classes[cls]
+        d, p, t = self.coords(ranks)
+        return ranks, self.rank(d, (p + direction) % self.pp, t)
+
+    def hops_per_group(self, router) -> dict[str, float]:
+        """Mean route hops between ring neighbours of tp and dp groups, and pipeline neighbours."""
+        out = {}
+        for kind, n in (("tp", self.dp * self.pp), ("dp", self.pp * self.tp)):
+            hops = []
+            for g in range(n):
+                ring = self.group_devices(kind, g)
+                if len(ring) > 1:
+                    hops += [router.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
+                                                                       strict=True)]
+            out[kind] = float(np.mean(hops)) if hops else 0.0
+        if self.pp > 1:
+            r = np.arange(self.world)
+            d, p, t = self.coords(r)
+            m = p < self.pp - 1
+            nxt = self.rank(d[m], p[m] + 1, t[m])
+            out["pp"] = float(np.mean([router.hops(int(a), int(b)) for a, b in
+                                       zip(self.device[r[m]], self.device[nxt], strict=True)]))
+        else:
+            out["pp"] = 0.0
+        return out

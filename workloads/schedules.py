@@ -1,0 +1,156 @@
+"""Per-stage programs: the ordered instructions one pipeline stage executes in an iteration.
+
+A program is a list of tuples ``(opcode, ...)``:
+
+* ``(COMPUTE, block, mb, chunk, layer)`` - run a compute block (see ``TransformerCosts``);
+* ``(TP, kind, nbytes)`` - blocking tensor-parallel collective (``allreduce``,
+  ``reduce_scatter``, ``allgather``) of an ``nbytes`` buffer;
+* ``(SEND, direction, tag, nbytes)`` - non-blocking send to the next (+1) / previous (-1)
+  pipeline stage; ``tag = (kind, mb, chunk of the receiver)``;
+* ``(RECV, direction, tag)`` - wait for the matching send;
+* ``(DP_START, bucket, nbytes)`` - start a gradient all-reduce of a bucket on the
+  communication stream (overlaps with the remaining backward work);
+* ``(DP_WAIT,)`` - wait for every started bucket;
+* ``(COMPUTE, "optimizer", -1, -1, -1)`` - the optimizer step.
+
+Schedules decide the order of forward (F) and backward (B) units ``(chunk, mb)``:
+GPipe (all F then all B), 1F1B (PipeDream-flush: ``pp - stage - 1`` warm-up forwards, then
+alternate), and interleaved 1F1B with ``v`` model chunks per stage (Megatron-LM's ordering).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT = range(6)
+OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait")
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """What one stage needs to build its program."""
+
+    stage: int
+    pp: int
+    virtual: int
+    microbatches: int
+    layers_per_chunk: int
+    tp: int
+    sequence_parallel: bool
+    recompute: str
+    activation_bytes: float      # b*s*h*e: TP collective buffer and p2p message (before SP)
+    layer_grad_bytes: float      # gradient bytes of one layer on one rank
+    embed_grad_bytes: float      # gradient bytes of embedding (stage 0) on one rank
+    head_grad_bytes: float       # gradient bytes of the untied output layer (last stage)
+    bucket_bytes: float
+
+
+def unit_order(schedule: str, stage: int, pp: int, m: int,
+               v: int = 1) -> list[tuple[str, int, int]]:
+    """Order of ``(F|B, chunk, mb)`` units executed by ``stage``."""
+    if schedule == "gpipe":
+        units = [("F", c, mb) for mb in range(m) for c in range(v)]
+        units += [("B", c, mb) for mb in reversed(range(m)) for c in reversed(range(v))]
+        return units
+    if schedule == "1f1b" or v == 1:
+        w = min(pp - stage - 1, m)
+        units = [("F", 0, mb) for mb in range(w)]
+        for i in range(m - w):
+            units += [("F", 0, w + i), ("B", 0, i)]
+        units += [("B", 0, mb) for mb in range(m - w, m)]
+        return units
+    total = m * v
+
+    def fwd(k: int) -> tuple[str, int, int]:
+        return ("F", (k // pp) % v, (k // (pp * v)) * pp + k % pp)
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        return ("B", v - 1 - (k // pp) % v, (k // (pp * v)) * pp + k % pp)
+
+    w = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    units = [fwd(k) for k in range(w)]
+    for i in range(total - w):
+        units += [fwd(w + i), bwd(i)]
+    units += [bwd(k) for k in range(total - w, total)]
+    return units
+
+
+def _tp_collectives(w: StageWork) -> tuple[list[tuple], list[tuple]]:
+    """TP instructions before and after a block."""
+    if w.tp < 2:
+        return [], []
+    n = w.activation_bytes
+    if w.sequence_parallel:
+        return [(TP, "allgather", n)], [(TP, "reduce_scatter", n)]
+    return [], [(TP, "allreduce", n)]
+
+
+def build_program(w: StageWork, schedule: str) -> list[tuple]:
+    """The instructions of one iteration of stage ``w.stage``."""
+    pp, v, s = w.pp, w.virtual, w.stage
+    before, after = _tp_collectives(w)
+    p2p_bytes = w.activation_bytes / (w.tp if w.sequence_parallel else 1)
+    last_virtual = pp * v - 1
+    prog: list[tuple] = []
+    pending = 0.0
+    bucket = 0
+
+    def flush(force: bool = False) -> None:
+        nonlocal pending, bucket
+        if pending > 0 and (force or pending >= w.bucket_bytes):
+            prog.append((DP_START, bucket, pending))
+            bucket += 1
+            pending = 0.0
+
+    order = unit_order(schedule, s, pp, w.microbatches, v)
+    last_b = {c: mb for kind, c, mb in order if kind == "B"}  # a chunk's final backward
+    for kind, c, mb in order:
+        vstage = c * pp + s
+        layers = range(c * w.layers_per_chunk, (c + 1) * w.layers_per_chunk)
+        if kind == "F":
+            if vstage > 0:
+                prog.append((RECV, -1, ("F", mb, c)))
+            else:
+                prog.append((COMPUTE, "embed_fwd", mb, c, -1))
+            for layer in layers:
+                for blk in ("attn_fwd", "mlp_fwd"):
+                    prog += before
+                    prog.append((COMPUTE, blk, mb, c, layer))
+                    prog += after
+            if vstage < last_virtual:
+                nc = c if s < pp - 1 else c + 1
+                prog.append((SEND, +1, ("F", mb, nc), p2p_bytes))
+            else:
+                prog.append((COMPUTE, "logits_fwd", mb, c, -1))
+        else:
+            last_mb = mb == last_b[c]
+            if vstage < last_virtual:
+                prog.append((RECV, +1, ("B", mb, c)))
+            else:
+                prog.append((COMPUTE, "logits_bwd", mb, c, -1))
+                if last_mb and w.head_grad_bytes:
+                    pending += w.head_grad_bytes
+            for layer in reversed(layers):
+                if w.recompute != "none":
+                    if w.recompute == "full":
+                        for _ in ("attn", "mlp"):
+                            prog += before + after
+                    prog.append((COMPUTE, "recompute", mb, c, layer))
+                for blk in ("mlp_bwd", "attn_bwd"):
+                    prog += before  # backward of the after-collective (AG <-> RS, AR <-> AR)
+                    prog.append((COMPUTE, blk, mb, c, layer))
+                    prog += after
+                if last_mb:
+                    pending += w.layer_grad_bytes
+                    flush()
+            if vstage > 0:
+                pc = c if s > 0 else c - 1
+                prog.append((SEND, -1, ("B", mb, pc), p2p_bytes))
+            else:
+                prog.append((COMPUTE, "embed_bwd", mb, c, -1))
+                if last_mb:
+                    pending += w.embed_grad_bytes
+    flush(force=True)
+    prog.append((DP_WAIT,))
+    prog.append((COMPUTE, "optimizer", -1, -1, -1))
+    return prog

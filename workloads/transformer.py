@@ -1,0 +1,224 @@
+"""FLOPs and bytes of a decoder-only transformer, per kernel, per rank.
+
+Counts follow Narayanan et al. (SC'21) and Korthikanti et al. (2022): a GEMM ``[m, k] x [k, n]``
+costs ``2 m k n`` FLOPs; the backward pass of a GEMM costs twice its forward (input gradient +
+weight gradient); attention scores and context cost ``2 b s^2 h`` each (no causal discount, as
+in the published formulas). Bytes are the ideal HBM traffic of each kernel: every operand read
+once and the result written once (``(mk + kn + mn) * bytes_per_element`` for a GEMM);
+element-wise kernels (norms, activations, residual adds, softmax statistics) are listed
+separately since they are memory-bound.
+
+With tensor parallelism ``t`` the weight matrices are split Megatron-style (QKV and MLP-up by
+columns, attention-out and MLP-down by rows), so each rank does ``1/t`` of every GEMM; without
+sequence parallelism the element-wise kernels are replicated on every rank, with it they are
+split ``1/t`` as well.
+
+Closed forms (GPT, tied embeddings, per iteration, B sequences):
+
+* no recompute: ``F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))``
+* full recompute: ``F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` (Narayanan et al.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from devices.spec import BYTES_PER_ELEMENT
+from workloads.spec import ModelSpec
+
+Recompute = Literal["none", "selective", "full"]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel on one rank: ``flops`` (FLOP) and ideal HBM ``bytes`` moved."""
+
+    name: str
+    flops: float
+    bytes: float
+    gemm: bool
+
+
+@dataclass(frozen=True)
+class Block:
+    """A sequence of kernels executed back to back on one rank (one SimPy compute op)."""
+
+    name: str
+    kernels: tuple[Kernel, ...]
+
+    @property
+    def flops(self) -> float:
+        """Total FLOPs of the block."""
+        return sum(k.flops for k in self.kernels)
+
+    @property
+    def bytes(self) -> float:
+        """Total ideal HBM bytes of the block."""
+        return sum(k.bytes for k in self.kernels)
+
+
+def grad_bytes_per_element(precision: str) -> float:
+    """Gradient storage: fp32 for fp32/tf32 training, 16-bit otherwise (fp8 GEMMs keep bf16
+    gradients, as Transformer Engine does)."""
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def weight_bytes_per_element(precision: str) -> float:
+    """Stored weight copy used by the GEMMs (fp8 weights are cast on the fly from bf16)."""
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+class TransformerCosts:
+    """Per-rank kernel costs of one model under one parallel layout.
+
+    Args:
+        model: the model.
+        precision: compute precision of the GEMMs.
+        micro_batch: sequences per microbatch ``b``.
+        seq: sequence length ``s`` in tokens.
+        tp: tensor-parallel degree ``t``.
+        sequence_parallel: split element-wise work along the sequence across the TP group.
+        recompute: activation recomputation policy.
+    """
+
+    def __init__(self, model: ModelSpec, precision: str, micro_batch: int, seq: int,
+                 tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none"):
+        self.m = model
+        self.precision = precision
+        self.b = micro_batch
+        self.s = seq
+        self.t = tp
+        self.sp = sequence_parallel
+        self.recompute = recompute
+        self.e = BYTES_PER_ELEMENT[precision]          # activation element, bytes
+        self.we = weight_bytes_per_element(precision)  # weight element, bytes
+
+    # ------------------------------------------------------------------ parameters
+    def layer_params(self) -> int:
+        """Parameters of one transformer block (whole model, not per rank)."""
+        m = self.m
+        h, f, d = m.hidden, m.ffn, m.head_dim
+        if m.arch == "gpt":
+            return 4 * h * h + 2 * h * f + 9 * h + f  # QKV+out (+biases), MLP (+biases), 2 LN
+        kv = m.n_kv_heads * d
+        return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h  # q,o + k,v + SwiGLU + 2 RMSNorm
+
+    def embedding_params(self) -> int:
+        """Input embedding (+ learned positions for GPT)."""
+        pos = self.s * self.m.hidden if self.m.arch == "gpt" else 0
+        return self.m.vocab * self.m.hidden + pos
+
+    def output_params(self) -> int:
+        """Output layer parameters not shared with the embedding (+ final norm)."""
+        norm = 2 * self.m.hidden if self.m.arch == "gpt" else self.m.hidden
+        head = 0 if self.m.tied_embeddings else self.m.vocab * self.m.hidden
+        return head + norm
+
+    def total_params(self) -> int:
+        """Parameters of the whole model."""
+        return self.m.layers * self.layer_params() + self.embedding_params() + self.output_params()
+
+    # ------------------------------------------------------------------ kernels
+    def _gemm(self, name: str, m: float, k: float, n: float, backward: bool) -> list[Kernel]:
+        """GEMM [m,k]x[k,n] (weights [k,n]); backward = dgrad + wgrad."""
+        e, we = self.e, self.we
+        fwd = Kernel(name, 2.0 * m * k * n, (m * k) * e + (k * n) * we + (m * n) * e, True)
+        if not backward:
+            return [fwd]
+        ge = grad_bytes_per_element(self.precision)
+        dgrad = Kernel(f"{name}.dgrad", 2.0 * m * k * n, (m * n) * e + (k * n) * we + (m * k) * e,
+                       True)
+        wgrad = Kernel(f"{name}.wgrad", 2.0 * m * k * n, (m * k) * e + (m * n) * e + (k * n) * ge,
+                       True)
+        return [dgrad, wgrad]
+
+    def _elementwise(self, name: str, elements: float, reads: float, writes: float,
+                     flops_per_element: float = 1.0) -> Kernel:
+        ew = elements / (self.t if self.sp else 1)
+        return Kernel(name, flops_per_element * ew, (reads + writes) * ew * self.e, False)
+
+    def attention_block(self, backward: bool = False) -> Block:
+        """Norm, QKV projection, attention core, output projection, residual add."""
+        m, b, s, t = self.m, self.b, self.s, self.t
+        h, d = m.hidden, m.head_dim
+        heads_r = m.heads / t
+        kv_r = m.n_kv_heads / t
+        tokens = b * s
+        ks: list[Kernel] = [self._elementwise("norm1", tokens * h, 1, 1, 5)]
+        ks += self._gemm("qkv", tokens, h, (heads_r + 2 * kv_r) * d, backward)
+        # attention core (flash style: Q, K, V read, O written; scores stay on chip)
+        core_flops = 4.0 * b * heads_r * s * s * d * (2.0 if backward else 1.0)
+        core_bytes = (2 * heads_r + 2 * kv_r) * tokens * d * self.e * (2.0 if backward else 1.0)
+        ks.append(Kernel("attn_core", core_flops, core_bytes, True))
+        ks += self._gemm("attn_out", tokens, heads_r * d, h, backward)
+        ks.append(self._elementwise("residual1", tokens * h, 2, 1))
+        return Block("attn_bwd" if backward else "attn_fwd", tuple(ks))
+
+    def mlp_block(self, backward: bool = False) -> Block:
+        """Norm, MLP up (+gate), activation, MLP down, residual add."""
+        m, b, s, t = self.m, self.b, self.s, self.t
+        h, f = m.hidden, m.ffn
+        tokens = b * s
+        ks: list[Kernel] = [self._elementwise("norm2", tokens * h, 1, 1, 5)]
+        up = 2 * f / t if m.gated_mlp else f / t
+        ks += self._gemm("mlp_up", tokens, h, up, backward)
+        act_elems = tokens * f / t * (self.t if self.sp else 1)  # activation is TP-split anyway
+        reads = 2 if m.gated_mlp else 1
+        ks.append(self._elementwise("act", act_elems, reads, 1, 8))
+        ks += self._gemm("mlp_down", tokens, f / t, h, backward)
+        ks.append(self._elementwise("residual2", tokens * h, 2, 1))
+        return Block("mlp_bwd" if backward else "mlp_fwd", tuple(ks))
+
+    def embedding_block(self, backward: bool = False) -> Block:
+        """Token (+ position) embedding lookup: memory-bound gather / scatter-add."""
+        tokens = self.b * self.s
+        h = self.m.hidden
+        name = "embed_bwd" if backward else "embed_fwd"
+        k = Kernel(name, tokens * h, 3 * tokens * h * self.e / (self.t if self.sp else 1), False)
+        return Block(name, (k,))
+
+    def logits_block(self, backward: bool = False) -> Block:
+        """Final norm, output projection to the vocabulary (split over TP) and the loss."""
+        tokens = self.b * self.s
+        h, v = self.m.hidden, self.m.vocab
+        ks: list[Kernel] = [self._elementwise("final_norm", tokens * h, 1, 1, 5)]
+        ks += self._gemm("logits", tokens, h, v / self.t, backward)
+        ks.append(Kernel("loss", 5.0 * tokens * v / self.t, 2 * tokens * v / self.t * self.e,
+                         False))
+        return Block("logits_bwd" if backward else "logits_fwd", tuple(ks))
+
+    def recompute_blocks(self) -> list[Block]:
+        """Extra forward work done before a layer's backward, by recompute policy."""
+        if self.recompute == "full":
+            return [Block("recompute", self.attention_block().kernels + self.mlp_block().kernels)]
+        if self.recompute == "selective":
+            core = next(k for k in self.attention_block().kernels if k.name == "attn_core")
+            return [Block("recompute", (core,))]
+        return []
+
+    # ------------------------------------------------------------------ closed forms
+    def model_flops_per_microbatch(self) -> float:
+        """Model FLOPs (no recompute) of one microbatch over all layers, whole model."""
+        m, b, s = self.m, self.b, self.s
+        h, f, d = m.hidden, m.ffn, m.head_dim
+        kv = m.n_kv_heads * d
+        up = 2 * f if m.gated_mlp else f
+        per_token = 2 * (h * (h + 2 * kv) + h * h + h * up + f * h)  # GEMM weights
+        layer_fwd = b * s * per_token + 4.0 * b * s * s * h
+        logits_fwd = 2.0 * b * s * h * m.vocab
+        return 3.0 * (m.layers * layer_fwd + logits_fwd)
+
+
+def closed_form_flops(model: ModelSpec, global_batch: int, seq: int,
+                      recompute: Recompute = "none") -> float:
+    """Published closed form for GPT models (Narayanan et al. SC'21), FLOPs per iteration.
+
+    ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))`` without recompute (the logit term is 6BshV:
+    forward 2BshV plus backward 4BshV) and ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` with full
+    recompute (the layers' forward is done twice, the logits are not recomputed).
+    """
+    B, s, L, h, V = global_batch, seq, model.layers, model.hidden, model.vocab
+    if recompute == "full":
+        return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    return 72.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
