@@ -41,7 +41,7 @@ class Model:
 def uses_symmetry(scen: Scenario) -> bool:
     """Symmetry is used unless disabled, or something random or faulty tells ranks apart."""
     sim = scen.simulation
-    return sim.symmetry == "auto" and sim.compute_jitter_cov == 0 and not scen.faults
+    return sim.symmetry and sim.compute_jitter_cov == 0 and not scen.faults
 
 
 def stage_blocks(tc: TransformerCosts, params: float) -> dict[str, Block]:

@@ -98,9 +98,10 @@ class NetworkSpec(StrictModel):
 class SimulationSpec(StrictModel):
     """Engine options."""
 
-    symmetry: Literal["auto", "off"] = Field(
-        default="auto", description="auto: simulate one representative of ranks that nothing "
-                                    "random or faulty distinguishes; off: every rank")
+    symmetry: bool = Field(
+        default=True, description="true: simulate one representative of ranks that nothing "
+                                  "random or faulty distinguishes (only where that is exact); "
+                                  "false: simulate every rank")
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, description="coefficient of variation of compute-op durations "
                                  "(lognormal); > 0 makes runs depend on the seed")

@@ -1,0 +1,60 @@
+"""Catalogs: every number has a source, every entry validates into its typed spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from devices.spec import DeviceSpec, LinkSpec
+from twin.catalog import unwrap_sources
+from twin.catalogs import catalog
+from twin.errors import ScenarioError
+from workloads.spec import ModelSpec
+
+SPECS = {"devices": DeviceSpec, "links": LinkSpec, "models": ModelSpec}
+
+
+@pytest.mark.parametrize("kind", ["devices", "links", "models", "hbm"])
+def test_every_number_is_sourced(kind):
+    cat = catalog(kind)  # loading raises CatalogError on an unsourced number
+    assert len(cat.names()) >= 3
+    for entry in cat:
+        assert entry.sources, f"{entry.name} has no sourced values"
+        assert all(s.strip() for s in entry.sources.values())
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_entries_validate(kind):
+    for entry in catalog(kind):
+        spec = SPECS[kind].model_validate(entry.values)
+        assert spec.name == entry.name
+
+
+def test_required_entries_present():
+    assert {"a100-sxm-80gb", "h100-sxm", "b200-sxm", "tpu-v5e", "tpu-v5p"} <= set(
+        catalog("devices").names())
+    assert {"nvlink3", "nvlink4", "nvlink5", "ib-hdr200", "ib-ndr400", "ici-v5e",
+            "ici-v5p"} <= set(catalog("links").names())
+    assert {"gpt3-175b", "llama3.2-1b", "llama3-8b"} <= set(catalog("models").names())
+
+
+def test_unsourced_number_is_rejected():
+    _, _, problems = unwrap_sources({"tdp_w": 700, "ok": {"value": 1, "source": "x"}})
+    assert [p.path for p in problems] == ["tdp_w"]
+    _, _, problems = unwrap_sources({"peak": {"value": {"bf16": 1}, "source": " "}})
+    assert problems and "empty source" in problems[0].message
+
+
+def test_unknown_name_lists_allowed():
+    with pytest.raises(ScenarioError) as exc:
+        catalog("devices").get("h200-nope", "cluster.device")
+    p = exc.value.problems[0]
+    assert p.path == "cluster.device" and "h100-sxm" in p.allowed
+
+
+def test_gpt3_parameter_count():
+    """GPT-3 175B has 174.6e9 parameters with tied embeddings (Brown et al.: 175B)."""
+    from workloads.transformer import TransformerCosts
+
+    m = ModelSpec.model_validate(catalog("models").get("gpt3-175b").values)
+    n = TransformerCosts(m, "bf16", 1, 2048).total_params()
+    assert 174e9 < n < 176e9

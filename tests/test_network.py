@@ -1,0 +1,166 @@
+"""Fabric and flow engine against alpha-beta costs, serialization and max-min fairness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devices.fabric import Fabric, Phase
+from devices.spec import LinkSpec
+from topologies.graph import build_topology
+from topologies.routing import Router
+from twin.catalogs import catalog
+from twin.engine import Engine
+from twin.flows import max_min_rates
+from workloads import collectives
+
+LINK = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
+
+
+def make_fabric(kind="torus2d", shape=(8, 1), model="flow", links_per_edge=1, **kw):
+    env = Engine()
+    topo = build_topology(kind, shape, LINK.name, links_per_edge)
+    fab = Fabric(env, topo, Router(topo), {LINK.name: LINK}, model=model, **kw)
+    return env, topo, fab
+
+
+def run_phases(env, fab, phases):
+    def body():
+        for ph in phases:
+            yield from fab.run_phase(ph)
+    env.process(body())
+    env.run()
+    return env.now
+
+
+ALPHA = (LINK.overhead_us + LINK.latency_us) * 1e-6
+BW = LINK.bytes_per_s
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+@pytest.mark.parametrize("p, n", [(8, 64e6), (4, 1e6), (8, 4096.0)])
+def test_ring_allreduce_alpha_beta(model, p, n):
+    """Uncontended ring all-reduce = 2(p-1) alpha + 2(p-1)/p n/B within 1%."""
+    env, topo, fab = make_fabric(shape=(p, 1), model=model, packet_bytes=1 << 20)
+    ring = np.arange(p)[None, :]
+    t = run_phases(env, fab, collectives.ring_allreduce(ring, n))
+    expect = collectives.alpha_beta_time("allreduce", p, n, ALPHA, BW)
+    assert t == pytest.approx(expect, rel=0.01)
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_reduce_scatter_and_allgather_alpha_beta(model):
+    env, topo, fab = make_fabric(shape=(4, 1), model=model)
+    ring = np.arange(4)[None, :]
+    n = 16e6
+    phases = collectives.ring_reduce_scatter(ring, n) + collectives.ring_allgather(ring, n)
+    t = run_phases(env, fab, phases)
+    expect = 2 * collectives.alpha_beta_time("allgather", 4, n, ALPHA, BW)
+    assert t == pytest.approx(expect, rel=0.01)
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_messages_on_one_link_serialize(model):
+    """Two messages of n bytes over the same directed link take 2n/B, one takes n/B."""
+    n = 50e6
+    one = Phase(np.array([0]), np.array([1]), np.array([n]))
+    two = Phase(np.array([0, 0]), np.array([1, 1]), np.array([n, n]))
+    env, _, fab = make_fabric(shape=(4, 1), model=model)
+    t1 = run_phases(env, fab, [one])
+    env, _, fab = make_fabric(shape=(4, 1), model=model)
+    t2 = run_phases(env, fab, [two])
+    assert t1 == pytest.approx(ALPHA + n / BW, rel=1e-3)
+    assert t2 == pytest.approx(ALPHA + 2 * n / BW, rel=1e-3)
+    # opposite directions do not contend (full duplex)
+    env, _, fab = make_fabric(shape=(4, 1), model=model)
+    both = Phase(np.array([0, 1]), np.array([1, 0]), np.array([n, n]))
+    assert run_phases(env, fab, [both]) == pytest.approx(t1, rel=1e-3)
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_two_collectives_sharing_links_take_longer(model):
+    """Rings over the same links contend; each alone is faster than the two together."""
+    n = 32e6
+    ring = np.arange(8)[None, :]
+    env, _, fab = make_fabric(shape=(8, 1), model=model)
+    alone = run_phases(env, fab, collectives.ring_allreduce(ring, n))
+    env, _, fab = make_fabric(shape=(8, 1), model=model)
+    ends = []
+
+    def one():
+        for ph in collectives.ring_allreduce(ring, n):
+            yield from fab.run_phase(ph)
+        ends.append(env.now)
+    env.process(one())
+    env.process(one())
+    env.run()
+    assert min(ends) > alone * 1.5
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_bytes_conserved(model):
+    env, topo, fab = make_fabric(kind="mesh2d", shape=(4, 4), model=model)
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 16, 40)
+    dst = rng.integers(0, 16, 40)
+    nb = rng.uniform(1e3, 1e7, 40)
+    run_phases(env, fab, [Phase(src, dst, nb, steps=2)])
+    assert fab.bytes_sent.sum() == pytest.approx(fab.bytes_received.sum())
+    assert fab.bytes_sent.sum() == pytest.approx(2 * nb.sum())
+    routes = [fab.router.route(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
+    on_links = 2 * sum(b * len(r) for b, r in zip(nb, routes, strict=True))
+    assert fab.link_bytes.sum() == pytest.approx(on_links, rel=1e-9)
+
+
+def test_link_failure_reroutes_and_completes():
+    for model in ("flow", "packet"):
+        env, topo, fab = make_fabric(kind="torus2d", shape=(4, 4), model=model,
+                                     retransmit_timeout_s=1e-3)
+        n = 200e6
+        ph = Phase(np.array([0]), np.array([1]), np.array([n]))
+
+        def fail():
+            yield env.timeout(1e-3)
+            fab.fail_edge(0, 1)
+        env.process(fail())
+        t = run_phases(env, fab, [ph])
+        assert fab.reroutes >= 1
+        assert fab.bytes_received.sum() == pytest.approx(n)
+        assert t > n / BW + 1e-3  # the timeout and a longer detour were paid
+        assert fab.router.hops(0, 1) == 3
+
+
+# ----------------------------------------------------------------------- max-min
+@st.composite
+def flow_sets(draw):
+    n_links = draw(st.integers(1, 6))
+    n_flows = draw(st.integers(1, 8))
+    cap = np.array(draw(st.lists(st.floats(0.5, 10), min_size=n_links, max_size=n_links)))
+    ef, el = [], []
+    for f in range(n_flows):
+        links = draw(st.sets(st.integers(0, n_links - 1), min_size=1, max_size=n_links))
+        for lk in sorted(links):
+            ef.append(f)
+            el.append(lk)
+    return np.array(ef), np.array(el), n_flows, cap
+
+
+@settings(max_examples=200, deadline=None)
+@given(flow_sets())
+def test_max_min_is_feasible_and_fair(case):
+    """Feasible (no link over capacity) and max-min fair: every flow crosses a saturated link
+    on which no other flow has a higher rate."""
+    ef, el, n, cap = case
+    rate = max_min_rates(ef, el, n, cap)
+    load = np.bincount(el, weights=rate[ef], minlength=len(cap))
+    assert np.all(load <= cap * (1 + 1e-9))
+    for f in range(n):
+        links = el[ef == f]
+        ok = False
+        for lk in links:
+            sat = load[lk] >= cap[lk] * (1 - 1e-9)
+            top = rate[f] >= rate[ef[el == lk]].max() * (1 - 1e-9)
+            ok |= bool(sat and top)
+        assert ok, f"flow {f} has no bottleneck"

@@ -1,0 +1,197 @@
+"""End-to-end runs: determinism, FLOPs and bytes accounting, traces, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from twin.run import run
+from twin.summary import SUMMARY_KEYS
+from twin.trace import list_tables, read_attrs, read_table
+from workloads import collectives
+from workloads.transformer import closed_form_flops
+
+
+def _datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+        f.visititems(visit)
+        attrs = {k: f.attrs[k] for k in ("seed", "scenario")}
+    return out, attrs
+
+
+def test_summary_has_contract_keys(tiny):
+    res = run(tiny())
+    for k in SUMMARY_KEYS:
+        assert k in res.summary
+    assert set(res.summary["energy_breakdown_j"]) == {"compute", "memory", "network", "static",
+                                                      "idle", "regulator"}
+    assert res.summary["devices"] == 8
+    assert 0 < res.summary["mfu"] < 1
+
+
+def test_same_seed_same_trace_different_seed_differs(tiny, tmp_path):
+    """Compute jitter is the random element here; symmetry is off because of it."""
+    ov = ["simulation.compute_jitter_cov=0.05"]
+    a = run(tiny(ov), tmp_path / "a.h5")
+    b = run(tiny(ov), tmp_path / "b.h5")
+    c = run(tiny(ov + ["seed=8"]), tmp_path / "c.h5")
+    da, aa = _datasets(a.trace_path)
+    db, ab = _datasets(b.trace_path)
+    dc, _ = _datasets(c.trace_path)
+    assert da.keys() == db.keys()
+    for k in da:
+        np.testing.assert_array_equal(da[k], db[k], err_msg=k)
+    assert aa["scenario"] == ab["scenario"]
+    assert not np.array_equal(da["ops/t_end"], dc["ops/t_end"])
+    assert a.summary["symmetry_used"] is False
+
+
+def test_flops_equal_closed_form(tiny):
+    """GPT, no recompute: executed GEMM FLOPs = 72 B s l h^2 (1 + s/6h + V/12lh)."""
+    s = tiny(workload__model="gpt-1.7b", workload__seq_len=1024)
+    res = run(s)
+    w = s.workload
+    expect = closed_form_flops(w.model, w.global_batch, w.seq)
+    assert res.summary["executed_flops_per_iteration"] == pytest.approx(expect, rel=1e-9)
+    assert res.summary["model_flops_per_iteration"] == pytest.approx(expect, rel=1e-9)
+
+
+def test_full_recompute_flops(tiny):
+    """Full recompute runs the layers' forward twice: the 96 form differs only by the logits
+    term being counted once in forward; layers-only check against the 96 formula."""
+    s = tiny(workload__model="gpt-1.7b", workload__seq_len=1024, workload__recompute="full")
+    res = run(s)
+    w = s.workload
+    m = w.model
+    extra = 24.0 * w.global_batch * w.seq * m.layers * m.hidden ** 2 * (1 + w.seq / (6 * m.hidden))
+    base = closed_form_flops(m, w.global_batch, w.seq)
+    assert res.summary["executed_flops_per_iteration"] == pytest.approx(base + extra, rel=1e-9)
+    assert closed_form_flops(m, w.global_batch, w.seq, "full") == pytest.approx(
+        base + extra, rel=1e-9)
+
+
+@pytest.mark.parametrize("net", ["flow", "packet"])
+def test_bytes_sent_equal_received(tiny, net):
+    res = run(tiny([f"network.model={net}"]))
+    s = res.summary
+    assert s["bytes_sent"] > 0
+    assert s["bytes_sent"] == pytest.approx(s["bytes_received"], rel=1e-12)
+
+
+def test_dp_allreduce_matches_alpha_beta(tiny):
+    """One bucket holding every gradient, nothing else on the links: the all-reduce of the
+    trace takes the ring alpha-beta time over the snake ring of the torus."""
+    s = tiny(["workload.grad_bucket_mb=1e6"])
+    res = run(s)
+    ops = read_table(res.trace_path, "ops")
+    dp = ops[ops["kind"] == "dp"]
+    assert len(dp) == 1
+    link = s.cluster.link
+    alpha = (link.overhead_us + link.latency_us) * 1e-6
+    bw = link.bytes_per_s * s.cluster.links_per_edge
+    nbytes = res.summary["bytes_sent"] / (2 * 7)  # p * 2(p-1)/p * n  with p = 8
+    expect = collectives.alpha_beta_time("allreduce", 8, nbytes, alpha, bw)
+    assert float(dp["t_end"].iloc[0] - dp["t_start"].iloc[0]) == pytest.approx(expect, rel=0.01)
+
+
+def test_trace_layout_and_read_table(tiny):
+    res = run(tiny(["workload.iterations=2"]))
+    tables = set(list_tables(res.trace_path))
+    assert {"ops", "messages", "links", "power", "ranks"} <= tables
+    attrs = read_attrs(res.trace_path)
+    assert attrs["schema_version"] == 1 and attrs["complete"]
+    assert attrs["seed"] == 7 and "llama3.2-1b" in attrs["scenario"]
+    assert attrs["summary"]["iterations"] == 2
+    ops = read_table(res.trace_path, "ops")
+    assert set(ops["kind"].cat.categories) >= {"compute", "dp"}
+    assert (ops["t_end"] >= ops["t_start"]).all()
+    assert ops.attrs["units"]["t_start"] == "s"
+    links = read_table(res.trace_path, "links")
+    assert len(links) == 2 * 8 * 2 - 2 * 4  # 4x2 torus: 4 x-edges per row, 4 y-edges (doubled)
+    with h5py.File(res.trace_path) as f:
+        ds = f["ops/t_start"]
+        assert ds.chunks is not None and ds.compression == "gzip"
+
+
+def test_energy_closure_of_device_power(tiny):
+    """Device energy components equal the integral of the power trace."""
+    res = run(tiny(["workload.iterations=2"]))
+    pw = read_table(res.trace_path, "power")
+    ranks = read_table(res.trace_path, "ranks")
+    size = ranks.groupby("cls").size()
+    integral = float(((pw["t_end"] - pw["t_start"]) * pw["watts"] * pw["cls"].map(size)).sum())
+    b = res.summary["energy_breakdown_j"]
+    device = b["compute"] + b["memory"] + b["static"] + b["idle"] + b["regulator"]
+    assert integral == pytest.approx(device, rel=1e-9)
+    # every class is covered from 0 to the makespan without gaps
+    for _, g in pw.groupby("cls"):
+        g = g.sort_values("t_start")
+        assert g["t_start"].iloc[0] == 0.0
+        np.testing.assert_allclose(g["t_start"].to_numpy()[1:], g["t_end"].to_numpy()[:-1])
+        assert g["t_end"].iloc[-1] == pytest.approx(res.summary["makespan_s"])
+
+
+def test_symmetry_gives_same_answer_as_full(tiny):
+    """Simulating one representative per stage equals simulating every rank."""
+    base = ["workload.parallelism.dp=2", "workload.parallelism.tp=2",
+            "workload.parallelism.pp=2", "workload.global_batch=8"]
+    a = run(tiny(base)).summary
+    b = run(tiny(base + ["simulation.symmetry=false"])).summary
+    assert a["symmetry_used"] and not b["symmetry_used"]
+    assert a["rank_classes"] == 2 and b["rank_classes"] == 8
+    for k in ("iteration_time_s", "energy_j", "bytes_sent", "bubble_fraction"):
+        assert a[k] == pytest.approx(b[k], rel=1e-9), k
+
+
+def test_killed_run_leaves_no_trace(tmp_path):
+    """SIGKILL in the middle of a run: nothing at the final trace path."""
+    out = tmp_path / "killed.h5"
+    cmd = [sys.executable, "-m", "twin.cli", "run", str(ROOT / "scenarios/quickstart.yaml"),
+           "-o", str(out), "--set", "workload.iterations=400", "--set", "network.model=packet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    partial = []
+    while time.time() < deadline and not partial:
+        partial = list(tmp_path.glob(".killed.h5.partial-*"))
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert proc.poll() is None, "run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert partial, "the run never opened its temporary trace"
+    assert not out.exists()
+
+
+def test_exception_removes_partial(tmp_path):
+    from twin.trace import TraceWriter
+
+    path = tmp_path / "x.h5"
+    with pytest.raises(RuntimeError), TraceWriter(path) as w:
+        w.table("t", {"a": "float64"}).append(1.0)
+        raise RuntimeError("boom")
+    assert not path.exists() and not list(tmp_path.iterdir())
+
+
+def test_run_cli_writes_summary_and_plot(tmp_path, capsys):
+    from twin.cli import main
+
+    out = tmp_path / "q.h5"
+    png = tmp_path / "q.png"
+    code = main(["run", str(ROOT / "scenarios/quickstart.yaml"), "-o", str(out),
+                 "--plot", str(png), "--set", "workload.iterations=1"])
+    assert code == 0 and out.exists() and png.stat().st_size > 1000
+    assert "iteration_time_s" in capsys.readouterr().out
+    assert main(["summary", str(out), "--json"]) == 0
+    assert '"mfu"' in capsys.readouterr().out

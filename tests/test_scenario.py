@@ -1,0 +1,209 @@
+"""Scenario loading: every bad input is reported with its field path, exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT, scenario_dict
+from twin.cli import main
+from twin.errors import InfeasibleConfig, ScenarioError
+from twin.scenario import load_scenario, parse_override
+
+
+def _problems(raw, overrides=None):
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(raw, overrides)
+    return exc.value.problems
+
+
+def _paths(raw, overrides=None):
+    return [p.path for p in _problems(raw, overrides)]
+
+
+def test_valid_scenario_resolves_catalog_names():
+    s = load_scenario(scenario_dict())
+    assert s.cluster.device.name == "h100-sxm"
+    assert s.cluster.device.peak_tflops["bf16"] == 989
+    assert "cluster.device.peak_tflops" in s.sources
+    assert s.workload.model.hidden == 2048
+
+
+def test_unknown_key_named_with_allowed_keys():
+    raw = scenario_dict(workload__paralelism={"dp": 8})
+    (p,) = _problems(raw)
+    assert p.path == "workload.paralelism" and "unknown key" in p.message
+    assert "parallelism" in p.allowed
+
+
+def test_wrong_type():
+    (p,) = _problems(scenario_dict(workload__global_batch="many"))
+    assert p.path == "workload.global_batch" and "integer" in p.message
+
+
+def test_unknown_catalog_name_lists_entries():
+    (p,) = _problems(scenario_dict(cluster__device="h900"))
+    assert p.path == "cluster.device" and "h100-sxm" in p.allowed
+
+
+@pytest.mark.parametrize("bw", [0, -5])
+def test_non_positive_bandwidth(bw):
+    paths = _paths(scenario_dict(), [f"cluster.link.bandwidth_gbps={bw}"])
+    assert paths == ["cluster.link.bandwidth_gbps"]
+
+
+def test_parallelism_must_match_devices():
+    (p,) = _problems(scenario_dict(workload__parallelism={"dp": 4, "tp": 1, "pp": 1}))
+    assert p.path == "workload.parallelism" and "8 devices" in p.message
+
+
+def test_shape_must_match_kind():
+    (p,) = _problems(scenario_dict(cluster__topology={"kind": "torus2d", "shape": [2, 2, 2]}))
+    assert p.path == "cluster.topology" and "shape of 2" in p.message
+
+
+def test_every_problem_reported_at_once():
+    raw = scenario_dict(workload__global_batch=0, workload__precision="fp64",
+                        cluster__links_per_edge=0)
+    paths = _paths(raw)
+    assert {"workload.global_batch", "workload.precision", "cluster.links_per_edge"} <= set(paths)
+
+
+def test_precision_must_exist_on_device():
+    (p,) = _problems(scenario_dict(cluster__device="a100-sxm-80gb", workload__precision="fp8"))
+    assert p.path == "workload.precision" and "bf16" in p.allowed
+
+
+def test_out_of_hbm_is_infeasible():
+    raw = scenario_dict(workload__model="gpt3-175b", workload__seq_len=2048)
+    with pytest.raises(InfeasibleConfig) as exc:
+        load_scenario(raw)
+    assert "out of HBM" in exc.value.problems[0].message
+
+
+def test_fault_on_missing_edge():
+    raw = scenario_dict(faults=[{"kind": "link_down", "time_s": 0.1, "link": [0, 5]}])
+    assert _paths(raw) == ["faults.0.link"]
+
+
+def test_missing_file_and_malformed_yaml(tmp_path):
+    (p,) = _problems(tmp_path / "nope.yaml")
+    assert "not found" in p.message
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ncluster: {topology: [\n")
+    (p,) = _problems(bad)
+    assert "malformed YAML at line" in p.message
+
+
+def test_overrides_use_schema_types():
+    s = load_scenario(scenario_dict(), ["workload.parallelism.dp=4",
+                                        "cluster.topology.shape=[2, 2]", "seed=11",
+                                        "cluster.device.tdp_w=500"])
+    assert s.workload.parallelism.dp == 4 and s.cluster.topology.shape == (2, 2)
+    assert s.seed == 11 and s.cluster.device.tdp_w == 500
+    assert "cluster.device.tdp_w" not in s.sources  # the user replaced the catalog value
+    s2 = load_scenario(scenario_dict(), ["cluster.device=a100-sxm-80gb"])
+    assert s2.cluster.device.name == "a100-sxm-80gb"
+
+
+def test_bad_override_syntax_and_unknown_override_key():
+    assert _paths(scenario_dict(), ["seed"]) == ["--set"]
+    assert _paths(scenario_dict(), ["workload.nope=3"]) == ["workload.nope"]
+
+
+def test_device_with_base_and_overrides():
+    s = load_scenario(scenario_dict(cluster__device={"base": "h100-sxm", "tdp_w": 600}))
+    assert s.cluster.device.tdp_w == 600 and s.cluster.device.hbm_gb == 80
+
+
+def test_resolved_yaml_roundtrip():
+    s = load_scenario(scenario_dict())
+    again = load_scenario(yaml.safe_load(s.to_yaml()))
+    assert again.to_dict() == s.to_dict()
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(["seed", "workload.global_batch", "workload.micro_batch",
+                            "cluster.links_per_edge", "workload.precision",
+                            "cluster.topology.shape", "network.model", "workload.iterations"]),
+       value=st.one_of(st.integers(-5, 100), st.text(max_size=6), st.floats(allow_nan=True),
+                       st.lists(st.integers(-2, 9), max_size=3), st.none(), st.booleans()))
+def test_any_override_gives_scenario_or_field_error(key, value):
+    """Property: an arbitrary override yields a valid scenario or a ScenarioError that names
+    a field, never another exception."""
+    try:
+        load_scenario(scenario_dict(), {key: value})
+    except ScenarioError as exc:
+        assert exc.problems
+        assert all(isinstance(p.path, str) for p in exc.problems)
+
+
+@given(st.from_regex(r"[a-z_]{1,8}(\.[a-z_]{1,8}){0,3}", fullmatch=True),
+       st.one_of(st.integers(), st.lists(st.integers(), max_size=3), st.sampled_from(
+           ["fp8", "true", "1.5"])))
+def test_parse_override_roundtrip(key, value):
+    text = f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...')}"
+    k, v = parse_override(text.strip())
+    assert k == key
+    assert v == yaml.safe_load(yaml.safe_dump(value))
+
+
+# ------------------------------------------------------------------------------- CLI
+def _write(tmp_path, raw, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(raw) if not isinstance(raw, str) else raw)
+    return str(p)
+
+
+@pytest.mark.parametrize("raw, field", [
+    (scenario_dict(workload__paralelism={}), "workload.paralelism"),
+    (scenario_dict(cluster__device="h900"), "cluster.device"),
+    (scenario_dict(workload__parallelism={"dp": 3}), "workload.parallelism"),
+    ("name: [unclosed\n", "malformed YAML"),
+])
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_cli_bad_input_exit_2(tmp_path, capsys, raw, field, command):
+    code = main([command, _write(tmp_path, raw)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert field in err and "Traceback" not in err
+
+
+def test_cli_missing_file_exit_2(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.yaml")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["summary", str(tmp_path / "missing.h5")]) == 2
+
+
+def test_cli_bad_set_exit_2(tmp_path, capsys):
+    code = main(["run", _write(tmp_path, scenario_dict()), "--set",
+                 "cluster.link.bandwidth_gbps=-1"])
+    assert code == 2 and "cluster.link.bandwidth_gbps" in capsys.readouterr().err
+
+
+def test_cli_subprocess_no_traceback(tmp_path):
+    path = _write(tmp_path, scenario_dict(workload__parallelism={"dp": 5}))
+    proc = subprocess.run([sys.executable, "-m", "twin.cli", "run", path],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "workload.parallelism" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("sub", ["run", "summary", "check", "catalog"])
+def test_cli_help(sub, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([sub, "--help"])
+    assert exc.value.code == 0
+    assert sub in capsys.readouterr().out
+
+
+def test_scenario_library_checks():
+    files = sorted(str(p) for p in (ROOT / "scenarios").glob("*.yaml")
+                   if not any(w in p.name for w in ("campaign", "sweep", "pareto")))
+    assert files
+    assert main(["check", *files]) == 0
