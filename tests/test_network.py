@@ -43,7 +43,7 @@ BW = LINK.bytes_per_s
 @pytest.mark.parametrize("p, n", [(8, 64e6), (4, 1e6), (8, 4096.0)])
 def test_ring_allreduce_alpha_beta(model, p, n):
     """Uncontended ring all-reduce = 2(p-1) alpha + 2(p-1)/p n/B within 1%."""
-    env, topo, fab = make_fabric(shape=(p, 1), model=model, packet_bytes=1 << 20)
+    env, _topo, fab = make_fabric(shape=(p, 1), model=model, packet_bytes=1 << 20)
     ring = np.arange(p)[None, :]
     t = run_phases(env, fab, collectives.ring_allreduce(ring, n))
     expect = collectives.alpha_beta_time("allreduce", p, n, ALPHA, BW)
@@ -52,7 +52,7 @@ def test_ring_allreduce_alpha_beta(model, p, n):
 
 @pytest.mark.parametrize("model", ["flow", "packet"])
 def test_reduce_scatter_and_allgather_alpha_beta(model):
-    env, topo, fab = make_fabric(shape=(4, 1), model=model)
+    env, _topo, fab = make_fabric(shape=(4, 1), model=model)
     ring = np.arange(4)[None, :]
     n = 16e6
     phases = collectives.ring_reduce_scatter(ring, n) + collectives.ring_allgather(ring, n)
@@ -101,7 +101,7 @@ def test_two_collectives_sharing_links_take_longer(model):
 
 @pytest.mark.parametrize("model", ["flow", "packet"])
 def test_bytes_conserved(model):
-    env, topo, fab = make_fabric(kind="mesh2d", shape=(4, 4), model=model)
+    env, _topo, fab = make_fabric(kind="mesh2d", shape=(4, 4), model=model)
     rng = np.random.default_rng(3)
     src = rng.integers(0, 16, 40)
     dst = rng.integers(0, 16, 40)
@@ -116,12 +116,12 @@ def test_bytes_conserved(model):
 
 def test_link_failure_reroutes_and_completes():
     for model in ("flow", "packet"):
-        env, topo, fab = make_fabric(kind="torus2d", shape=(4, 4), model=model,
+        env, _topo, fab = make_fabric(kind="torus2d", shape=(4, 4), model=model,
                                      retransmit_timeout_s=1e-3)
         n = 200e6
         ph = Phase(np.array([0]), np.array([1]), np.array([n]))
 
-        def fail():
+        def fail(env=env, fab=fab):
             yield env.timeout(1e-3)
             fab.fail_edge(0, 1)
         env.process(fail())

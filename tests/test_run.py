@@ -46,7 +46,7 @@ def test_same_seed_same_trace_different_seed_differs(tiny, tmp_path):
     ov = ["simulation.compute_jitter_cov=0.05"]
     a = run(tiny(ov), tmp_path / "a.h5")
     b = run(tiny(ov), tmp_path / "b.h5")
-    c = run(tiny(ov + ["seed=8"]), tmp_path / "c.h5")
+    c = run(tiny([*ov, "seed=8"]), tmp_path / "c.h5")
     da, aa = _datasets(a.trace_path)
     db, ab = _datasets(b.trace_path)
     dc, _ = _datasets(c.trace_path)
@@ -148,7 +148,7 @@ def test_symmetry_gives_same_answer_as_full(tiny):
     base = ["workload.parallelism.dp=2", "workload.parallelism.tp=2",
             "workload.parallelism.pp=2", "workload.global_batch=8"]
     a = run(tiny(base)).summary
-    b = run(tiny(base + ["simulation.symmetry=false"])).summary
+    b = run(tiny([*base, "simulation.symmetry=false"])).summary
     assert a["symmetry_used"] and not b["symmetry_used"]
     assert a["rank_classes"] == 2 and b["rank_classes"] == 8
     for k in ("iteration_time_s", "energy_j", "bytes_sent", "bubble_fraction"):

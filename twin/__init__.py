@@ -15,7 +15,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["RunResult", "ScenarioError", "InfeasibleConfig", "load_scenario", "run"]
+__all__ = ["InfeasibleConfig", "RunResult", "ScenarioError", "load_scenario", "run"]
 
 
 def __getattr__(name: str):  # PEP 562: lazy facade, no import-time side effects

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from devices.accelerator import BlockCost, ComputeModel
+from devices.accelerator import ComputeModel
 from topologies.graph import Topology, build_topology
 from topologies.routing import Router
 from twin.scenario import Scenario
@@ -32,7 +32,8 @@ class Model:
     costs: TransformerCosts
     stage_memory: list[StageMemory]
     programs: dict[int, list[tuple]]
-    block_costs: dict[int, dict[str, BlockCost]]
+    blocks: dict[int, dict[str, Block]]
+    compute: ComputeModel
     microbatches: int
     symmetric: bool
     hbm_pj_per_bit: float
@@ -79,7 +80,7 @@ def build(scen: Scenario) -> Model:
     compute = ComputeModel(cl.device, w.precision, pj)
     ge = grad_bytes_per_element(w.precision)
     layers_per_chunk = w.model.layers // (par.pp * w.virtual_stages)
-    programs, block_costs = {}, {}
+    programs, blocks = {}, {}
     for stage in range(par.pp):
         work = StageWork(
             stage=stage, pp=par.pp, virtual=w.virtual_stages, microbatches=m,
@@ -95,9 +96,9 @@ def build(scen: Scenario) -> Model:
         )
         schedule = w.schedule if par.pp > 1 else "1f1b"
         programs[stage] = build_program(work, schedule)
-        blocks = stage_blocks(tc, mem[stage].params)
-        block_costs[stage] = {name: compute.block_cost(b) for name, b in blocks.items()}
-    return Model(scen, topo, router, layout, tc, mem, programs, block_costs, m, symmetric, pj)
+        blocks[stage] = stage_blocks(tc, mem[stage].params)
+    return Model(scen, topo, router, layout, tc, mem, programs, blocks, compute, m, symmetric,
+                 pj)
 
 
 def model_flops_per_iteration(model: Model) -> float:

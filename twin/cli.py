@@ -24,8 +24,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def print_summary(summary: dict[str, Any], out=sys.stdout) -> None:
+def print_summary(summary: dict[str, Any], out=None) -> None:
     """Human-readable summary: one key per line, SI units in the key names."""
+    out = out or sys.stdout
     width = max(len(k) for k in summary)
     for k, v in summary.items():
         print(f"  {k:<{width}}  {_fmt(v)}", file=out)

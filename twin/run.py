@@ -14,15 +14,17 @@ from typing import Any
 import numpy as np
 
 import twin
+from devices.accelerator import Accelerator
 from devices.fabric import Fabric
 from twin.build import Model, build
 from twin.engine import Engine
 from twin.recording import TraceRecorder
+from twin.records import Recorder
 from twin.rng import RngStreams
 from twin.scenario import Scenario
 from twin.summary import summarize
 from twin.trace import TraceWriter
-from workloads.executor import Executor, Recorder
+from workloads.executor import Executor
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,12 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
                     model=net.model, packet_bytes=net.packet_kib * 1024,
                     retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink)
     rngs = RngStreams(scen.seed)
-    executor = Executor(env, model.layout, fabric, model.programs, model.block_costs,
-                        scen.cluster.device.idle_w, scen.workload.iterations,
-                        scen.simulation.compute_jitter_cov,
-                        lambda c: rngs.get(f"class/{c}"), recorder)
+    sigma = Accelerator.sigma_for_cov(scen.simulation.compute_jitter_cov)
+    accelerators = [Accelerator(env, c, len(ranks), model.compute, recorder, sigma,
+                                rngs.get(f"class/{c}"))
+                    for c, ranks in enumerate(model.layout.classes)]
+    executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
+                        scen.workload.iterations, recorder)
     fault_rows: list = []
     for f in scen.faults:
         env.process(_fault_process(env, fabric, f, fault_rows))

@@ -13,17 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from devices.accelerator import peak_power
 from twin.build import Model, class_sizes, model_flops_per_iteration
 
 SUMMARY_KEYS = ("iteration_time_s", "iterations", "makespan_s", "energy_j",
                 "energy_per_iteration_j", "energy_breakdown_j", "avg_power_w", "peak_power_w",
                 "tflops_per_device", "mfu", "devices", "bubble_fraction",
                 "exposed_comm_fraction", "events", "wall_time_s")
-
-
-def _peak_device_power(ex, sizes: np.ndarray) -> float:
-    """Peak of the summed device power from the class power segments (sweep line)."""
-    return float(ex.peak_power_w(sizes)) if hasattr(ex, "peak_power_w") else float("nan")
 
 
 def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
@@ -43,24 +39,24 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     def per_device(attr: str) -> float:
         return float(sum(getattr(s, attr) * n for s, n in zip(ex.stats, sizes, strict=True)))
 
+    def per_accel(attr: str) -> float:
+        return float(sum(getattr(a.stats, attr) * a.n for a in ex.accelerators))
+
     link_bytes = fabric.link_bytes
     network_j = float((link_bytes * fabric.energy_per_byte).sum() + fabric.idle_w.sum() * makespan)
-    breakdown = {
-        "compute": per_device("compute_j"),
-        "memory": per_device("memory_j"),
-        "network": network_j,
-        "static": per_device("static_j"),
-        "idle": per_device("idle_j"),
-        "regulator": 0.0,
-    }
+    breakdown = {"compute": 0.0, "memory": 0.0, "network": network_j, "static": 0.0,
+                 "idle": 0.0, "regulator": 0.0}
+    for a in ex.accelerators:
+        for k, v in a.energy_breakdown().items():
+            breakdown[k] += v
     energy = float(sum(breakdown.values()))
-    busy = per_device("compute_s")
+    busy = per_accel("compute_s")
     tp = per_device("tp_s")
     recv = per_device("recv_s")
     dpw = per_device("dp_wait_s")
     denom = n_dev * makespan if makespan > 0 else 1.0
     hops = model.layout.hops_per_group(model.router)
-    exec_flops = per_device("gemm_flops")
+    exec_flops = per_accel("gemm_flops")
     return {
         "iteration_time_s": it_time,
         "iterations": iters,
@@ -69,7 +65,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "energy_per_iteration_j": energy / iters,
         "energy_breakdown_j": breakdown,
         "avg_power_w": energy / makespan if makespan > 0 else 0.0,
-        "peak_power_w": _peak_device_power(ex, sizes) + fabric.idle_w.sum(),
+        "peak_power_w": peak_power(ex.accelerators) + fabric.idle_w.sum(),
         "tflops_per_device": flops / it_time / n_dev / 1e12 if it_time > 0 else 0.0,
         "mfu": flops / (it_time * n_dev * peak) if it_time > 0 else 0.0,
         "devices": n_dev,

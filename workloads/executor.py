@@ -1,8 +1,9 @@
 """SimPy agents that execute per-stage programs on the fabric.
 
-One :class:`ClassAgent` process per rank class interprets its stage's program on the compute
-stream; gradient all-reduces run on a per-class communication stream (FIFO, overlapping the
-backward pass); pipeline sends run as their own processes and fill the receiver's mailbox.
+One process per rank class interprets its stage's program on the compute stream, running
+compute blocks on the class's :class:`~devices.accelerator.Accelerator` agent; gradient
+all-reduces run on a per-class communication stream (FIFO, overlapping the backward pass);
+pipeline sends run as their own processes and fill the receiver's mailbox.
 Collectives rendezvous: a collective starts when every class holding a member of the
 participating groups has reached it, then runs the algorithm's phases on the fabric for all
 those groups at once.
@@ -10,83 +11,59 @@ those groups at once.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
-from devices.accelerator import BlockCost
+from devices.accelerator import Accelerator
 from devices.fabric import Fabric, Phase
+from twin.records import Recorder
 from workloads import collectives
 from workloads.parallel import Layout
 from workloads.schedules import COMPUTE, DP_START, DP_WAIT, RECV, SEND, TP
+from workloads.transformer import Block
 
 
 @dataclass
-class ClassStats:
-    """Per-device time and energy of one rank class (every member has the same values)."""
+class CommStats:
+    """Per-device seconds a rank class's compute stream spent blocked, by cause."""
 
-    compute_s: float = 0.0
     tp_s: float = 0.0
     recv_s: float = 0.0
     dp_wait_s: float = 0.0
     comm_stream_s: float = 0.0
-    gemm_flops: float = 0.0
-    compute_j: float = 0.0
-    memory_j: float = 0.0
-    static_j: float = 0.0
-    idle_j: float = 0.0
     iteration_end: list[float] = field(default_factory=list)
-    last_t: float = 0.0
-    segments: list[tuple[float, float, float]] = field(default_factory=list)
-
-
-class Recorder:
-    """Trace sink interface; the run wires a trace-writing implementation in."""
-
-    def op(self, cls: int, iteration: int, stream: str, kind: str, name: str, mb: int,
-           chunk: int, layer: int, t0: float, t1: float, flops: float) -> None:
-        """One executed operation."""
-
-    def power(self, cls: int, t0: float, t1: float, watts: float, state: str) -> None:
-        """A segment of constant per-device power of a class."""
 
 
 class Executor:
-    """Wires programs, costs, layout and fabric into running SimPy processes.
+    """Wires programs, layout, accelerator agents and fabric into running SimPy processes.
 
     Args:
         env: SimPy environment.
         layout: ranks, devices, groups and classes.
         fabric: executes communication phases.
         programs: instructions of one iteration per pipeline stage.
-        costs: ``costs[stage][block name]`` -> :class:`BlockCost`.
-        idle_w: per-device power when idle, W.
+        blocks: ``blocks[stage][name]`` -> ``workloads.transformer.Block``.
+        accelerators: one agent per rank class (``devices.accelerator.Accelerator``).
         iterations: iterations to run.
-        jitter_cov: coefficient of variation of compute durations (lognormal, mean 1).
-        rng_for: ``rng_for(cls)`` -> ``numpy.random.Generator`` of a class.
         recorder: trace sink.
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
-                 programs: dict[int, list[tuple]], costs: dict[int, dict[str, BlockCost]],
-                 idle_w: float, iterations: int, jitter_cov: float,
-                 rng_for: Callable[[int], np.random.Generator], recorder: Recorder):
+                 programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
+                 accelerators: list[Accelerator], iterations: int, recorder: Recorder):
         self.env = env
         self.layout = layout
         self.fabric = fabric
         self.programs = programs
-        self.costs = costs
-        self.idle_w = idle_w
+        self.blocks = blocks
+        self.accelerators = accelerators
         self.iterations = iterations
         self.recorder = recorder
-        self.jitter_sigma = math.sqrt(math.log1p(jitter_cov ** 2)) if jitter_cov > 0 else 0.0
-        self.rng_for = rng_for
         n = len(layout.classes)
-        self.stats = [ClassStats() for _ in range(n)]
+        self.stats = [CommStats() for _ in range(n)]
         self._mail: dict[tuple, simpy.Event] = {}
         self._seq: dict[tuple[int, str], int] = defaultdict(int)
         self._rendezvous: dict[tuple, list] = {}
@@ -98,38 +75,23 @@ class Executor:
     def _agent(self, cls: int):
         env = self.env
         st = self.stats[cls]
+        acc = self.accelerators[cls]
         stage = int(self.layout.class_stage[cls])
         prog = self.programs[stage]
-        costs = self.costs[stage]
+        blocks = self.blocks[stage]
         rec = self.recorder
-        rng = self.rng_for(cls) if self.jitter_sigma > 0 else None
         for it in range(self.iterations):
             dp_tail: simpy.Event | None = None
             for ins in prog:
                 op = ins[0]
-                t0 = env.now
                 if op == COMPUTE:
-                    name = ins[1]
-                    c = costs[name]
-                    dur = c.duration_s
-                    if rng is not None:
-                        s = self.jitter_sigma
-                        dur *= float(rng.lognormal(-0.5 * s * s, s))
-                    self._idle_until(cls, t0)
-                    yield env.timeout(dur)
-                    static = c.static_j * dur / c.duration_s if c.duration_s else 0.0
-                    st.compute_s += dur
-                    st.gemm_flops += c.gemm_flops
-                    st.compute_j += c.compute_j
-                    st.memory_j += c.memory_j
-                    st.static_j += static
-                    st.last_t = env.now
-                    watts = (c.compute_j + c.memory_j + static) / dur if dur > 0 else 0.0
-                    self._segment(cls, t0, env.now, watts, name)
-                    rec.op(cls, it, "compute", "compute", name, ins[2], ins[3], ins[4], t0,
-                           env.now, c.gemm_flops)
-                elif op == TP:
+                    yield from acc.compute(blocks[ins[1]], it, ins[2], ins[3], ins[4])
+                    continue
+                t0 = env.now
+                if op == TP:
+                    acc.wait_start("tp")
                     yield self._collective("tp", cls, ins[1], ins[2])
+                    acc.wait_end("tp")
                     st.tp_s += env.now - t0
                     rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
                 elif op == SEND:
@@ -139,55 +101,32 @@ class Executor:
                     ev = self._mail.get(key)
                     if ev is None:
                         ev = self._mail[key] = env.event()
-                    yield ev
+                    if not ev.triggered:
+                        acc.wait_start("recv")
+                        yield ev
+                        acc.wait_end("recv")
                     del self._mail[key]
-                    st.recv_s += env.now - t0
                     if env.now > t0:
+                        st.recv_s += env.now - t0
                         rec.op(cls, it, "compute", "recv", ins[2][0], ins[2][1], ins[2][2], -1,
                                t0, env.now, 0.0)
                 elif op == DP_START:
                     dp_tail = env.process(self._dp_job(cls, it, dp_tail, ins[1], ins[2]))
                 elif op == DP_WAIT:
-                    if dp_tail is not None:
+                    if dp_tail is not None and not dp_tail.triggered:
+                        acc.wait_start("dp_wait")
                         yield dp_tail
-                    st.dp_wait_s += env.now - t0
+                        acc.wait_end("dp_wait")
                     if env.now > t0:
+                        st.dp_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "dp_wait", "dp_wait", -1, -1, -1, t0, env.now,
                                0.0)
             st.iteration_end.append(env.now)
-        self._idle_until(cls, env.now)
-
-    def _idle_until(self, cls: int, t: float) -> None:
-        st = self.stats[cls]
-        if t > st.last_t:
-            st.idle_j += (t - st.last_t) * self.idle_w
-            self._segment(cls, st.last_t, t, self.idle_w, "idle")
-            st.last_t = t
-
-    def _segment(self, cls: int, t0: float, t1: float, watts: float, state: str) -> None:
-        self.stats[cls].segments.append((t0, t1, watts))
-        self.recorder.power(cls, t0, t1, watts, state)
-
-    def peak_power_w(self, sizes: np.ndarray) -> float:
-        """Peak of the summed device power over the run, W (exact, from the segments)."""
-        times, deltas = [], []
-        for st, n in zip(self.stats, sizes, strict=True):
-            if not st.segments:
-                continue
-            seg = np.asarray(st.segments)
-            times += [seg[:, 0], seg[:, 1]]
-            deltas += [seg[:, 2] * n, -seg[:, 2] * n]
-        if not times:
-            return 0.0
-        t = np.concatenate(times)
-        d = np.concatenate(deltas)
-        order = np.lexsort((d, t))  # at equal times apply decreases first
-        return float(np.cumsum(d[order]).max())
 
     def finish(self, makespan: float) -> None:
-        """Account idle power of every class up to the end of the run."""
-        for c in range(len(self.stats)):
-            self._idle_until(c, makespan)
+        """Account idle power of every agent up to the end of the run."""
+        for acc in self.accelerators:
+            acc.idle_until(makespan)
 
     # ----------------------------------------------------------------- communication
     def _dp_job(self, cls: int, it: int, prev: simpy.Event | None, bucket: int, nbytes: float):
