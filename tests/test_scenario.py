@@ -207,3 +207,35 @@ def test_scenario_library_checks():
                    if not any(w in p.name for w in ("campaign", "sweep", "pareto")))
     assert files
     assert main(["check", *files]) == 0
+
+
+def _leaf_paths(model, prefix=""):
+    from pydantic import BaseModel
+
+    from devices.spec import DeviceSpec, LinkSpec
+    from workloads.spec import ModelSpec
+
+    out = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and ann not in (
+                DeviceSpec, LinkSpec, ModelSpec):
+            out += _leaf_paths(ann, path + ".")
+        else:
+            out.append(path)
+    return out
+
+
+def test_readme_documents_every_scenario_key():
+    """Keeps the README's key table true as the schema grows."""
+    import typing
+
+    from twin.scenario import Scenario
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [p for p in _leaf_paths(Scenario) if f"`{p}`" not in readme]
+    fault_types = typing.get_args(typing.get_args(Scenario.model_fields["faults"].annotation)[0])
+    for ft in [t for t in fault_types if hasattr(t, "model_fields")] or []:
+        missing += [f"faults[].{k}" for k in ft.model_fields if f"`faults[].{k}`" not in readme]
+    assert not missing, f"README lacks scenario keys: {missing}"

@@ -500,7 +500,8 @@ class ServiceDistribution:
     """
 
     name: ClassVar[str] = ""
-    mean: float
+    mean: float  # s
+    cov: float  # dimensionless; a field or a property of each subclass
 
     @property
     def variance(self) -> float:
@@ -976,26 +977,18 @@ class Empirical(_CovFromScv, ServiceDistribution):
         object.__setattr__(
             self, "_second", float(np.sum(probs * (lo * lo + lo * hi + hi * hi)) / 3.0)
         )
-        if self.mean <= 0.0:
-            raise ScenarioError(
-                Problem(
-                    "empirical.edges",
-                    "give a distribution with mean 0",
-                    None,
-                    "bins with positive service times",
-                )
-            )
 
     @classmethod
     def from_samples(cls, samples: ArrayLike) -> Empirical:
         """Resample observed service times (s)."""
-        return cls(samples=np.asarray(samples, dtype=np.float64))
+        return cls(samples=_array(samples, "empirical.samples", allowed="service times >= 0 (s)"))
 
     @classmethod
     def from_histogram(cls, edges: ArrayLike, counts: ArrayLike) -> Empirical:
         """Sample from a histogram: bin by count, then uniform within the bin (edges in s)."""
         return cls(
-            edges=np.asarray(edges, dtype=np.float64), counts=np.asarray(counts, dtype=np.float64)
+            edges=_array(edges, "empirical.edges", allowed="increasing bin edges >= 0 (s)"),
+            counts=_array(counts, "empirical.counts", allowed="counts >= 0"),
         )
 
     @property

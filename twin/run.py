@@ -16,6 +16,7 @@ import numpy as np
 import twin
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
+from scenarios.faults import inject
 from twin.build import Model, build
 from twin.engine import Engine
 from twin.recording import TraceRecorder
@@ -33,17 +34,6 @@ class RunResult:
 
     summary: dict[str, Any]
     trace_path: Path | None
-
-
-def _fault_process(env: Engine, fabric: Fabric, fault, rows: list):
-    yield env.timeout(fault.time_s)
-    u, v = fault.link
-    if fault.kind == "link_down":
-        fabric.fail_edge(u, v)
-        rows.append((env.now, fault.kind, f"{u}-{v}", "reroute"))
-    else:
-        fabric.restore_edge(u, v)
-        rows.append((env.now, fault.kind, f"{u}-{v}", "restore"))
 
 
 def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engine, Fabric,
@@ -64,7 +54,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
                         scen.workload.iterations, recorder)
     fault_rows: list = []
     for f in scen.faults:
-        env.process(_fault_process(env, fabric, f, fault_rows))
+        env.process(inject(env, fabric, f, fault_rows))
     env.run(until=env.all_of(executor.procs))
     executor.finish(env.now)
     return env, fabric, executor, fault_rows

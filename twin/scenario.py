@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError
 
+from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec, Precision
+from scenarios.faults import FaultSpec
 from topologies.spec import TopologySpec
 from twin.catalogs import REFERENCES, resolve
 from twin.errors import InfeasibleConfig, Problem, ScenarioError
@@ -105,25 +107,6 @@ class SimulationSpec(StrictModel):
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, description="coefficient of variation of compute-op durations "
                                  "(lognormal); > 0 makes runs depend on the seed")
-
-
-class PowerSpec(StrictModel):
-    """Power accounting options."""
-
-    sample_interval_ms: PositiveFloat = Field(
-        default=10.0, description="spacing of the power trace samples, ms (energy is "
-                                  "integrated exactly regardless)")
-
-
-class LinkFault(StrictModel):
-    """A link (both directions of a graph edge) goes down or comes back at a fixed time."""
-
-    kind: Literal["link_down", "link_up"]
-    time_s: NonNegativeFloat
-    link: tuple[int, int] = Field(description="the edge's two device ids")
-
-
-FaultSpec = Annotated[LinkFault, Field(discriminator="kind")]
 
 
 class TraceSpec(StrictModel):
