@@ -59,23 +59,30 @@ class ComputeModel:
         self.dynamic_max_w = max(spec.tdp_w - spec.idle_w - self.hbm_max_w, 0.0)
         self._cache: dict[object, BlockCost] = {}
 
-    def block_cost(self, block) -> BlockCost:
-        """Cost of a ``workloads.transformer.Block`` (cached by identity of its kernels)."""
-        key = block.kernels
+    def block_cost(self, block, math_scale: float = 1.0, mem_scale: float = 1.0) -> BlockCost:
+        """Cost of a ``workloads.transformer.Block``, cached.
+
+        Args:
+            block: the block.
+            math_scale: multiplies every kernel's math time (e.g. ``f_max / f`` under DVFS).
+            mem_scale: multiplies every kernel's memory time (e.g. HBM contention or
+                degradation).
+        """
+        key = (block.kernels, math_scale, mem_scale)
         cost = self._cache.get(key)
         if cost is None:
-            cost = self._compute(block)
+            cost = self._compute(block, math_scale, mem_scale)
             self._cache[key] = cost
         return cost
 
-    def _compute(self, block) -> BlockCost:
+    def _compute(self, block, math_scale: float, mem_scale: float) -> BlockCost:
         fl = np.array([k.flops for k in block.kernels], dtype=float)
         by = np.array([k.bytes for k in block.kernels], dtype=float)
         gemm = np.array([k.gemm for k in block.kernels], dtype=bool)
         rate = np.where(gemm, self.gemm_flops_per_s, self.vector_flops_per_s)
         t_math = fl / rate
-        t_mem = by / self.mem_bytes_per_s
-        dur = np.maximum(t_math, t_mem) + self.overhead_s
+        t_mem = by / self.mem_bytes_per_s * mem_scale
+        dur = np.maximum(t_math * math_scale, t_mem) + self.overhead_s
         compute_j = float(np.sum(t_math * self.dynamic_max_w))  # u_c * dur * P_dyn
         memory_j = float(np.sum(by) * self.hbm_j_per_byte)
         total = float(dur.sum())
@@ -128,6 +135,8 @@ class Accelerator:
         self.jitter_sigma = jitter_sigma
         self.rng = rng
         self.stats = DeviceStats()
+        self.slowdown = 1.0         # straggler factor on block durations (faults set it)
+        self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
 
     @staticmethod
     def sigma_for_cov(cov: float) -> float:
@@ -137,8 +146,8 @@ class Accelerator:
     def compute(self, block, iteration: int, mb: int, chunk: int, layer: int):
         """Process body: run ``block`` (a ``workloads.transformer.Block``) to completion."""
         env, st = self.env, self.stats
-        c = self.model.block_cost(block)
-        dur = c.duration_s
+        c = self.model.block_cost(block, 1.0, self.mem_scale)
+        dur = c.duration_s * self.slowdown
         if self.jitter_sigma > 0:
             s = self.jitter_sigma
             dur *= float(self.rng.lognormal(-0.5 * s * s, s))
