@@ -7,13 +7,19 @@ are active, every link's capacity is shared max-min fairly among the flows cross
 the engine schedules one SimPy timeout per change, not per packet. A transfer completes
 ``latency`` seconds after its last byte drains.
 
+Transfers that share no link with each other cannot influence each other's rates, so the
+engine keeps active transfers in *components* (transfers connected through shared links) and
+recomputes rates only for the component an event touches. A component whose transfers all follow
+route patterns seen before (callers pass a ``key`` naming the pattern) reuses the cached
+allocation of that combination of patterns. Both are exact: the allocation of a component
+does not depend on traffic outside it, nor on bytes remaining.
+
 This module is kernel: it knows links only as array indices with capacities, nothing of GPUs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import simpy
@@ -34,19 +40,26 @@ def max_min_rates(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int,
     Returns:
         rate of every flow, bytes/s.
     """
-    rate = np.full(n_flows, np.inf)
     if len(entry_flow) == 0:
-        return rate
+        return np.full(n_flows, np.inf)
     links, local = np.unique(entry_link, return_inverse=True)
-    rem = capacity[links].astype(float)
+    return _max_min_local(entry_flow, local, n_flows, capacity[links])
+
+
+def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
+                   cap: np.ndarray) -> np.ndarray:
+    """Progressive filling with link indices already compacted to ``0..len(cap)-1``."""
+    rate = np.full(n_flows, np.inf)
+    rem = cap.astype(float)
+    n_links = len(cap)
     frozen = np.zeros(n_flows, dtype=bool)
-    has_entry = np.zeros(n_flows, dtype=bool)
-    has_entry[entry_flow] = True
     live = np.ones(len(entry_flow), dtype=bool)
-    while live.any():
-        cnt = np.bincount(local[live], minlength=len(links))
+    while True:
+        cnt = np.bincount(local[live], minlength=n_links)
         used = cnt > 0
-        share = np.full(len(links), np.inf)
+        if not used.any():
+            break
+        share = np.full(n_links, np.inf)
         share[used] = rem[used] / cnt[used]
         level = share.min()
         bottleneck = used & (share <= level * (1 + 1e-12))
@@ -55,31 +68,77 @@ def max_min_rates(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int,
         rate[newly] = level
         frozen[newly] = True
         leaving = live & frozen[entry_flow]
-        rem -= level * np.bincount(local[leaving], minlength=len(links))
+        rem -= level * np.bincount(local[leaving], minlength=n_links)
         np.maximum(rem, 0.0, out=rem)
         live &= ~leaving
-    rate[~has_entry] = np.inf
     return rate
 
 
-@dataclass(eq=False)
+class _Template:
+    """What transfers with the same route-pattern key share: incidence and link totals."""
+
+    __slots__ = ("all_flows", "entry_link", "entry_owner", "link_bytes", "links", "routed",
+                 "routes", "serial", "ulinks")
+
+    def __init__(self, serial: int, routes: list[np.ndarray], size: np.ndarray):
+        self.serial = serial
+        self.routes = routes
+        self.all_flows = np.arange(len(routes))
+        self.routed = all(len(r) for r in routes)
+        lens = np.fromiter((len(r) for r in routes), dtype=np.int64, count=len(routes))
+        self.entry_owner = np.repeat(np.arange(len(routes)), lens)
+        self.entry_link = np.concatenate(routes) if routes else np.empty(0, dtype=np.int64)
+        self.ulinks, inv = np.unique(self.entry_link, return_inverse=True)
+        self.link_bytes = np.bincount(inv, weights=size[self.entry_owner],
+                                      minlength=len(self.ulinks))
+        self.links = frozenset(self.ulinks.tolist())
+
+
 class Transfer:
-    """A set of flows started together; ``done`` fires when all have drained + latency."""
+    """A set of flows started together; ``done`` fires when all have drained + latency.
 
-    id: int
-    routes: list[np.ndarray]
-    size: np.ndarray            # bytes per flow
-    remaining: np.ndarray       # bytes per flow still to send
-    latency: float
-    done: simpy.Event
-    start: float
-    tag: object = None
-    active: np.ndarray = field(default=None)  # bool per flow: currently in the network
+    ``on_done`` holds plain callbacks ``f(transfer)`` run at that moment (cheaper than waiting
+    on the SimPy event, which is only created when someone asks for ``done``).
+    """
 
-    def __post_init__(self) -> None:
-        if self.active is None:
+    def __init__(self, tid: int, routes: list[np.ndarray], size: np.ndarray, latency: float,
+                 env: simpy.Environment, start: float, tag: object = None,
+                 template: _Template | None = None):
+        self.id = tid
+        self._env = env
+        self._done: simpy.Event | None = None
+        self.finished = False
+        self.on_done: list[Callable[[Transfer], None]] = []
+        self.routes = routes
+        self.size = size
+        self.remaining = size.copy()
+        self.base = size.copy()   # remaining bytes when each flow's current route started
+        self.latency = latency
+        self.start = start
+        self.tag = tag
+        self.template = template
+        self.comp: _Component | None = None
+        self.whole = False  # every flow still active on its original route
+        if template is not None and template.routed:
+            self.whole = True
+            self.active = np.ones(len(size), dtype=bool)
+            self.entry_owner = template.entry_owner
+            self.entry_link = template.entry_link
+            self.links = template.links
+        else:
+            self.template = None
+            self.remaining[[len(r) == 0 for r in routes]] = 0.0  # local copies cost nothing
             self.active = self.remaining > 0
-        self.reindex()
+            self.reindex()
+
+    @property
+    def done(self) -> simpy.Event:
+        """SimPy event that fires (value: the transfer) when the transfer has completed."""
+        if self._done is None:
+            self._done = self._env.event()
+            if self.finished:
+                self._done.succeed(self)
+        return self._done
 
     def reindex(self) -> None:
         """Rebuild the concatenated (flow, link) incidence after routes change."""
@@ -87,6 +146,31 @@ class Transfer:
         self.entry_owner = np.repeat(np.arange(len(self.routes)), lens)
         self.entry_link = (np.concatenate(self.routes) if len(self.routes)
                            else np.empty(0, dtype=np.int64))
+        self.links = self.active_links()
+
+    def active_links(self) -> frozenset[int]:
+        """Links crossed by the flows still sending."""
+        return frozenset(self.entry_link[self.active[self.entry_owner]].tolist())
+
+
+class _Component:
+    """Transfers connected through shared links, with their current allocation."""
+
+    __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
+                 "transfers", "ulinks")
+    # busy: seconds the current allocation has run (added to its links' busy time on change)
+
+    def __init__(self, now: float):
+        self.transfers: dict[int, Transfer] = {}
+        self.last = now
+        self.gen = 0
+        self.slices: list[tuple[Transfer, int, int, np.ndarray]] = []
+        self.rate = np.empty(0)
+        self.entry_flow = np.empty(0, dtype=np.int64)
+        self.ulinks = np.empty(0, dtype=np.int64)
+        self.inv = np.empty(0, dtype=np.int64)
+        self.due = np.empty(0, dtype=bool)
+        self.busy = 0.0
 
 
 class FlowNetwork:
@@ -105,36 +189,43 @@ class FlowNetwork:
         self.on_finish = on_finish
         self.transfers: dict[int, Transfer] = {}
         self._next_id = 0
-        self._gen = 0
-        self._last = env.now
+        self._on_link: dict[int, set[Transfer]] = {}
+        self._comps: set[_Component] = set()
+        self._templates: dict[Hashable, _Template] = {}
+        self._allocs: dict[tuple[int, ...], tuple] = {}
+        self.alloc_cache_size = 200_000
         # per-link accounting
         self.link_bytes = np.zeros(len(self.capacity))
         self.link_busy = np.zeros(len(self.capacity))
-        # current allocation: (transfer, first flow, end flow, active flow indices)
-        self._slices: list[tuple[Transfer, int, int, np.ndarray]] = []
-        self._rate: np.ndarray = np.empty(0)
-        self._busy_links: np.ndarray = np.empty(0, dtype=np.int64)
-        self._entry_flow: np.ndarray = np.empty(0, dtype=np.int64)
-        self._entry_link: np.ndarray = np.empty(0, dtype=np.int64)
-        self.recomputes = 0
+        self.recomputes = 0      # max-min solves
+        self.cache_hits = 0      # allocations reused from the route-pattern cache
 
     # ----------------------------------------------------------------- public
     def transfer(self, routes: Sequence[Sequence[int]], nbytes: Sequence[float] | np.ndarray,
-                 latency: float = 0.0, tag: object = None) -> Transfer:
-        """Start a transfer of ``nbytes[i]`` over ``routes[i]``; returns its handle."""
-        self._advance()
+                 latency: float = 0.0, tag: object = None,
+                 key: Hashable | None = None) -> Transfer:
+        """Start a transfer of ``nbytes[i]`` over ``routes[i]``; returns its handle.
+
+        ``key``, if given, names the pattern (equal keys must mean equal routes and sizes);
+        transfers with a known key reuse its incidence arrays and, when alone in the network,
+        its cached max-min allocation.
+        """
         size = np.asarray(nbytes, dtype=float)
-        rts = [np.asarray(r, dtype=np.int64) for r in routes]
-        remaining = size.copy()
-        remaining[[len(r) == 0 for r in rts]] = 0.0  # local copies cost nothing on links
-        tr = Transfer(self._next_id, rts, size, remaining, float(latency), self.env.event(),
-                      self.env.now, tag)
+        template = self._templates.get(key) if key is not None else None
+        if template is None:
+            rts = [np.asarray(r, dtype=np.int64) for r in routes]
+            if key is not None:
+                template = self._templates[key] = _Template(len(self._templates), rts, size)
+        else:
+            rts = template.routes
+        tr = Transfer(self._next_id, rts, size, float(latency), self.env, self.env.now, tag,
+                      template)
         self._next_id += 1
         self.transfers[tr.id] = tr
         if not tr.active.any():
             self._complete(tr)
         else:
-            self._reallocate()
+            self._join(tr)
         return tr
 
     def fail_links(self, links: Sequence[int]) -> list[tuple[Transfer, np.ndarray]]:
@@ -143,112 +234,356 @@ class FlowNetwork:
         Cut flows keep their remaining bytes and stop; the caller re-sends them with
         :meth:`resume` on new routes (after its timeout). Their transfer stays pending.
         """
-        self._advance()
-        bad = set(int(x) for x in links)
+        bad = {int(x) for x in links}
+        hit = {t for lk in bad for t in self._on_link.get(lk, ())}
         cut: list[tuple[Transfer, np.ndarray]] = []
-        for tr in self.transfers.values():
+        comps = {t.comp for t in hit if t.comp is not None}
+        for c in comps:
+            self._advance_comp(c)
+        for tr in sorted(hit, key=lambda t: t.id):
             idx = [i for i in np.flatnonzero(tr.active) if bad.intersection(tr.routes[i].tolist())]
             if idx:
                 ix = np.asarray(idx, dtype=np.int64)
+                self._account(tr, ix)
                 tr.active[ix] = False
+                tr.template = None  # its routes will change
+                tr.whole = False
+                self._relink(tr)
                 cut.append((tr, ix))
-        if cut:
-            self._reallocate()
+        for c in comps:
+            self._rebuild(c)
         return cut
 
     def resume(self, tr: Transfer, flows: np.ndarray, routes: Sequence[Sequence[int]]) -> None:
-        """Put cut flows of ``tr`` back on new ``routes`` with their remaining bytes."""
-        self._advance()
+        """Put cut flows of ``tr`` back on new ``routes`` with their remaining bytes.
+
+        A transfer that was cancelled meanwhile (see :meth:`cancel`) is left alone.
+        """
+        if self.transfers.get(tr.id) is not tr:
+            return
+        tr.routes = list(tr.routes)  # the template's list is shared: copy before editing
         for i, r in zip(flows, routes, strict=True):
             tr.routes[int(i)] = np.asarray(r, dtype=np.int64)
+            tr.base[int(i)] = tr.remaining[int(i)]
             if len(r) == 0:
                 tr.remaining[int(i)] = 0.0
             tr.active[int(i)] = tr.remaining[int(i)] > 0
+        tr.template = None  # routes no longer match the pattern the caller named
+        tr.whole = False
+        old = tr.comp
+        if old is not None:
+            self._advance_comp(old)
+            self._detach(tr)
+            self._rebuild(old)
         tr.reindex()
         if tr.active.any():
-            self._reallocate()
-        elif not tr.done.triggered and (tr.remaining <= 0).all():
+            self._join(tr)
+        elif not tr.finished and (tr.remaining <= 0).all():
             self._complete(tr)
+
+    def cancel(self, tr: Transfer) -> float:
+        """Withdraw ``tr`` from the network: its flows stop and ``done`` never fires.
+
+        Returns the bytes it had not yet delivered (0 if it already finished or was
+        cancelled). Used when the job that owns the transfer is aborted.
+        """
+        if self.transfers.get(tr.id) is not tr:
+            return 0.0
+        comp = tr.comp
+        if comp is not None:
+            self._advance_comp(comp)
+        del self.transfers[tr.id]
+        self._account(tr, np.flatnonzero(tr.active))
+        tr.whole = False
+        tr.active[:] = False
+        if comp is not None:
+            self._detach(tr)
+            self._rebuild(comp)
+        return float(tr.remaining.sum())
+
+    def _advance(self) -> None:
+        """Compatibility name of :meth:`sync`."""
+        self.sync()
+
+    def sync(self) -> None:
+        """Bring remaining bytes and link counters up to now (bytes of flows still in
+        flight are counted on their links as they stand)."""
+        for c in list(self._comps):
+            self._advance_comp(c)
+            self._flush_busy(c)
+            for tr, _lo, _hi, act in c.slices:
+                tr.whole = False
+                self._account(tr, act)
+
+    def _account(self, tr: Transfer, flows: np.ndarray) -> None:
+        """Add the bytes ``flows`` delivered on their current routes to the link counters."""
+        if len(flows) == 0:
+            return
+        delivered = np.zeros(len(tr.size))
+        delivered[flows] = tr.base[flows] - tr.remaining[flows]
+        tr.base[flows] = tr.remaining[flows]
+        per_entry = delivered[tr.entry_owner]
+        np.add.at(self.link_bytes, tr.entry_link, per_entry)
 
     @property
     def n_active_flows(self) -> int:
         """Flows currently sending."""
-        return len(self._rate)
+        return sum(len(c.rate) for c in self._comps)
+
+    @property
+    def n_components(self) -> int:
+        """Groups of transfers connected through shared links."""
+        return len(self._comps)
 
     def rates(self) -> dict[int, np.ndarray]:
         """Current rate of each flow, per transfer id (bytes/s; 0 for inactive flows)."""
         out = {tid: np.zeros(len(tr.size)) for tid, tr in self.transfers.items()}
-        for tr, lo, hi, act in self._slices:
-            out[tr.id][act] = self._rate[lo:hi]
+        for c in self._comps:
+            for tr, lo, hi, act in c.slices:
+                out[tr.id][act] = c.rate[lo:hi]
         return out
 
-    # ----------------------------------------------------------------- internals
-    def _advance(self) -> None:
-        """Drain bytes at current rates up to now and account link usage."""
+    # ----------------------------------------------------------------- components
+    def _register(self, tr: Transfer) -> None:
+        for lk in tr.links:
+            s = self._on_link.get(lk)
+            if s is None:
+                self._on_link[lk] = {tr}
+            else:
+                s.add(tr)
+
+    def _unregister(self, tr: Transfer, links) -> None:
+        for lk in links:
+            s = self._on_link.get(lk)
+            if s is not None:
+                s.discard(tr)
+                if not s:
+                    del self._on_link[lk]
+
+    def _relink(self, tr: Transfer) -> None:
+        """Update the link index after some of ``tr``'s flows stopped."""
+        new = tr.active_links()
+        self._unregister(tr, tr.links - new)
+        tr.links = new
+
+    def _join(self, tr: Transfer) -> None:
+        """Add ``tr`` to the network, merging the components it touches."""
+        touched: set[_Component] = set()
+        on_link = self._on_link
+        for lk in tr.links:
+            for other in on_link.get(lk, ()):
+                touched.add(other.comp)
         now = self.env.now
-        dt = now - self._last
-        self._last = now
-        if dt <= 0 or len(self._rate) == 0:
-            return
-        sent = self._rate * dt
-        for tr, lo, hi, act in self._slices:
-            rem = tr.remaining[act] - sent[lo:hi]
-            tr.remaining[act] = np.maximum(rem, 0.0)
-        per_entry = self._rate[self._entry_flow] * dt
-        self.link_bytes += np.bincount(self._entry_link, weights=per_entry,
-                                       minlength=len(self.capacity))
-        self.link_busy[self._busy_links] += dt
+        if not touched:
+            comp = _Component(now)
+            self._comps.add(comp)
+        else:
+            for c in touched:
+                self._advance_comp(c)
+            comp = max(touched, key=lambda c: len(c.transfers))
+            for c in touched:
+                if c is not comp:
+                    self._flush_busy(c)
+                    for t in c.transfers.values():
+                        t.comp = comp
+                        comp.transfers[t.id] = t
+                    c.gen += 1  # its timer is void
+                    self._comps.discard(c)
+        comp.transfers[tr.id] = tr
+        tr.comp = comp
+        self._register(tr)
+        self._allocate(comp)
 
-    def _reallocate(self) -> None:
-        """Recompute max-min rates of all active flows and schedule the next completion."""
-        self.recomputes += 1
-        slices, ent_f, ent_l, rems = [], [], [], []
-        n = 0
-        for tr in self.transfers.values():
-            act = np.flatnonzero(tr.active)
-            if len(act) == 0:
-                continue
-            pos = np.empty(len(tr.size), dtype=np.int64)
-            pos[act] = np.arange(n, n + len(act))
-            m = tr.active[tr.entry_owner]
-            ent_f.append(pos[tr.entry_owner[m]])
-            ent_l.append(tr.entry_link[m])
-            rems.append(tr.remaining[act])
-            slices.append((tr, n, n + len(act), act))
-            n += len(act)
-        self._slices = slices
-        self._entry_flow = np.concatenate(ent_f) if ent_f else np.empty(0, dtype=np.int64)
-        self._entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
-        self._busy_links = np.unique(self._entry_link)
-        self._rate = max_min_rates(self._entry_flow, self._entry_link, n, self.capacity)
-        self._gen += 1
-        if n == 0:
-            return
-        dt = float(np.min(np.concatenate(rems) / self._rate))
-        gen = self._gen
-        self.env.timeout(max(dt, 0.0)).callbacks.append(lambda _e, g=gen: self._on_timer(g))
+    def _detach(self, tr: Transfer) -> None:
+        comp = tr.comp
+        if comp is not None:
+            comp.transfers.pop(tr.id, None)
+        self._unregister(tr, tr.links)
+        tr.links = frozenset()
+        tr.comp = None
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._gen:
-            return  # the allocation changed since this timer was set
-        self._advance()
+    def _rebuild(self, comp: _Component) -> None:
+        """Split ``comp`` into the components its remaining transfers form; allocate each."""
+        self._flush_busy(comp)
+        comp.gen += 1
+        self._comps.discard(comp)
+        comp.rate = np.empty(0)  # a stale reference to this component must drain nothing
+        comp.slices = []
+        live = []
+        for t in comp.transfers.values():
+            if t.active.any():
+                live.append(t)
+            else:
+                t.comp = None  # all its flows were cut: it waits outside any component
+        if not live:
+            return
+        now = self.env.now
+        if len(live) == 1:
+            groups = [live]
+        else:
+            parent = {t.id: t.id for t in live}
+
+            def find(x: int) -> int:
+                while parent[x] != x:
+                    parent[x] = parent[parent[x]]
+                    x = parent[x]
+                return x
+
+            first: dict[int, int] = {}
+            for t in live:
+                for lk in t.links:
+                    f = first.setdefault(lk, t.id)
+                    if f != t.id:
+                        ra, rb = find(f), find(t.id)
+                        if ra != rb:
+                            parent[rb] = ra
+            by_root: dict[int, list[Transfer]] = {}
+            for t in live:
+                by_root.setdefault(find(t.id), []).append(t)
+            groups = list(by_root.values())
+        for g in groups:
+            c = _Component(now)
+            for t in g:
+                c.transfers[t.id] = t
+                t.comp = c
+            self._comps.add(c)
+            self._allocate(c)
+
+    # ----------------------------------------------------------------- allocation
+    def _allocate(self, comp: _Component) -> None:
+        """Max-min rates of a component's active flows; schedule its next completion.
+
+        A component whose transfers all run their full route patterns (templates) has an
+        allocation that depends only on which patterns are present, so it is cached under
+        the multiset of template serials.
+        """
+        self._flush_busy(comp)
+        comp.gen += 1
+        comp.last = self.env.now
+        trs = list(comp.transfers.values())
+        key = None
+        if all(t.template is not None for t in trs):
+            trs.sort(key=lambda t: (t.template.serial, t.id))
+            key = tuple((t.template.serial, None if t.whole else t.active.tobytes())
+                        for t in trs)
+        cached = self._allocs.get(key) if key is not None else None
+        if cached is not None:
+            self.cache_hits += 1
+            rate, entry_flow, ulinks, inv = cached
+            slices, n = [], 0
+            for tr in trs:
+                act = tr.template.all_flows if tr.whole else np.flatnonzero(tr.active)
+                k = len(act)
+                slices.append((tr, n, n + k, act))
+                n += k
+            comp.slices = slices
+        else:
+            slices, ent_f, ent_l = [], [], []
+            n = 0
+            for tr in trs:
+                act = np.flatnonzero(tr.active)
+                if len(act) == 0:
+                    continue
+                pos = np.empty(len(tr.size), dtype=np.int64)
+                pos[act] = np.arange(n, n + len(act))
+                m = tr.active[tr.entry_owner]
+                ent_f.append(pos[tr.entry_owner[m]])
+                ent_l.append(tr.entry_link[m])
+                slices.append((tr, n, n + len(act), act))
+                n += len(act)
+            comp.slices = slices
+            entry_flow = np.concatenate(ent_f) if ent_f else np.empty(0, dtype=np.int64)
+            entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
+            ulinks, inv = np.unique(entry_link, return_inverse=True)
+            rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
+            self.recomputes += 1
+            if key is not None and len(self._allocs) < self.alloc_cache_size:
+                self._allocs[key] = (rate, entry_flow, ulinks, inv)
+        comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
+        if len(rate) == 0:
+            return
+        rems = [tr.remaining[act] for tr, _lo, _hi, act in comp.slices]
+        ttf = (rems[0] if len(rems) == 1 else np.concatenate(rems)) / rate
+        dt = float(ttf.min())
+        # flows due at the timer finish then, whatever rounding of the clock does to dt
+        comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
+        gen = comp.gen
+        self.env.timeout(max(dt, 0.0)).callbacks.append(
+            lambda _e, c=comp, g=gen: self._on_timer(c, g))
+
+    def _flush_busy(self, comp: _Component) -> None:
+        if comp.busy > 0:
+            self.link_busy[comp.ulinks] += comp.busy
+            comp.busy = 0.0
+
+    def _advance_comp(self, comp: _Component) -> None:
+        """Drain a component's bytes at its current rates up to now; account link usage."""
+        now = self.env.now
+        dt = now - comp.last
+        comp.last = now
+        if dt <= 0 or len(comp.rate) == 0:
+            return
+        rate = comp.rate
+        for tr, lo, hi, act in comp.slices:
+            if tr.whole:
+                r = tr.remaining
+                r -= rate[lo:hi] * dt
+                np.maximum(r, 0.0, out=r)
+            else:
+                rem = tr.remaining[act] - rate[lo:hi] * dt
+                tr.remaining[act] = np.maximum(rem, 0.0)
+        comp.busy += dt
+
+    def _on_timer(self, comp: _Component, gen: int) -> None:
+        if gen != comp.gen:
+            return  # the component changed since this timer was set
+        self._advance_comp(comp)
         finished: list[Transfer] = []
-        for tr, _lo, _hi, act in self._slices:
+        changed = False
+        n_flows = len(comp.rate)
+        left = 0  # flows that stopped
+        for tr, lo, hi, act in comp.slices:
             tol = np.maximum(tr.size[act] * _REL_EPS, 1e-6)
-            done = act[tr.remaining[act] <= tol]
+            done = act[(tr.remaining[act] <= tol) | comp.due[lo:hi]]
+            if len(done) == 0:
+                continue
+            changed = True
+            left += len(done)
             tr.remaining[done] = 0.0
             tr.active[done] = False
-            if not tr.active.any() and (tr.remaining <= 0).all():
+            if not tr.active.any():
                 finished.append(tr)
+                if tr.whole:  # every flow ended together on its original route
+                    self.link_bytes[tr.template.ulinks] += tr.template.link_bytes
+                    tr.base[:] = 0.0
+                else:
+                    self._account(tr, done)
+            else:
+                self._account(tr, done)
+                tr.whole = False  # link totals are now accounted flow by flow
+                self._relink(tr)
         for tr in finished:
+            self._detach(tr)
             self._complete(tr)
-        self._reallocate()
+        # Splitting a component costs a union-find over its links; do it when a large part
+        # of it stopped (that is when it may fall apart), otherwise keep it whole: the
+        # allocation of a union of disconnected parts is still exact.
+        if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
+            self._rebuild(comp)
+        elif comp.transfers:
+            self._allocate(comp)
+        else:
+            self._rebuild(comp)
 
     def _complete(self, tr: Transfer) -> None:
-        del self.transfers[tr.id]
+        self.transfers.pop(tr.id, None)
 
         def fire(_e: object = None) -> None:
-            tr.done.succeed(tr)
+            tr.finished = True
+            for cb in tr.on_done:
+                cb(tr)
+            if tr._done is not None:
+                tr._done.succeed(tr)
             if self.on_finish is not None:
                 self.on_finish(tr)
 

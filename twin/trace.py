@@ -88,8 +88,12 @@ class Table:
             values = cols[c]
             if c in self.codes:
                 table = self.codes[c]
-                values = [table.setdefault(v, len(table)) for v in values]
-            arrays[c] = np.asarray(values, dtype=self.dtypes[c])
+                local, uniques = pd.factorize(np.asarray(values, dtype=object))
+                remap = np.array([table.setdefault(v, len(table)) for v in uniques],
+                                 dtype=np.int32)
+                arrays[c] = remap[local] if len(remap) else local.astype(np.int32)
+            else:
+                arrays[c] = np.asarray(values, dtype=self.dtypes[c])
         k = len(next(iter(arrays.values()))) if arrays else 0
         if k == 0:
             return

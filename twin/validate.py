@@ -1,0 +1,252 @@
+"""`twin validate`: the twin against theory and against published figures.
+
+Every check runs the real engine on a small input and compares one number with an independent
+reference: a closed form (alpha-beta collective cost, Pollaczek-Khinchine, the pipeline bubble
+fraction, the FLOP count), a conservation law, or a measurement from
+``../shared/calibration`` (vendor/NCCL bus bandwidths, Korthikanti et al. Table 5 iteration
+times). Rows say which kind they are; a calibration row whose figure was itself used to set a
+catalog value says so (``calibrated``) and is not evidence of predictive power.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class Row:
+    """One comparison."""
+
+    group: str          # theory | conservation | published
+    check: str
+    predicted: float
+    reference: float
+    unit: str
+    target: float       # relative error allowed
+    note: str = ""
+    calibrated: bool = False
+
+    @property
+    def error(self) -> float:
+        """Relative error of the prediction (signed)."""
+        if self.reference == 0:
+            return 0.0 if self.predicted == 0 else math.inf
+        return (self.predicted - self.reference) / abs(self.reference)
+
+    @property
+    def ok(self) -> bool:
+        """Within the target."""
+        return abs(self.error) <= self.target
+
+
+Check = Callable[[], list[Row]]
+CHECKS: dict[str, Check] = {}
+
+
+def check(name: str) -> Callable[[Check], Check]:
+    """Register a validation check under ``name``."""
+    def deco(fn: Check) -> Check:
+        CHECKS[name] = fn
+        return fn
+    return deco
+
+
+# ----------------------------------------------------------------------------- theory
+def _fabric(shape, model: str, link_name: str = "nvlink4", kind: str = "torus2d"):
+    from devices.fabric import Fabric
+    from devices.spec import LinkSpec
+    from topologies.graph import build_topology
+    from topologies.routing import Router
+    from twin.catalogs import catalog
+    from twin.engine import Engine
+
+    link = LinkSpec.model_validate(catalog("links").get(link_name).values)
+    env = Engine()
+    topo = build_topology(kind, shape, link.name)
+    return env, Fabric(env, topo, Router(topo), {link.name: link}, model=model), link
+
+
+def _run_phases(env, fabric, phases) -> float:
+    def body():
+        for ph in phases:
+            yield from fabric.run_phase(ph)
+    env.process(body())
+    env.run()
+    return float(env.now)
+
+
+@check("collectives")
+def collectives_vs_alpha_beta() -> list[Row]:
+    """Uncontended ring collectives on an 8-device ring vs the alpha-beta cost."""
+    from workloads import collectives
+
+    rows = []
+    n = 256e6
+    for model in ("flow", "packet"):
+        for kind, algo in (("allreduce", collectives.ring_allreduce),
+                           ("allgather", collectives.ring_allgather)):
+            env, fab, link = _fabric((8, 1), model)
+            t = _run_phases(env, fab, algo(np.arange(8)[None, :], n))
+            alpha = (link.overhead_us + link.latency_us) * 1e-6
+            ref = collectives.alpha_beta_time(kind, 8, n, alpha, link.bytes_per_s)
+            rows.append(Row("theory", f"ring {kind}, p=8, 256 MB ({model} model)", t, ref, "s",
+                            0.01, "Thakur-Rabenseifner-Gropp alpha-beta"))
+    return rows
+
+
+@check("queueing")
+def queueing_vs_theory() -> list[Row]:
+    """Lindley engine mean waits vs M/M/1, M/D/1 and M/G/1 (Pollaczek-Khinchine)."""
+    from twin import queueing as q
+
+    rng = np.random.default_rng(12345)
+    n = 400_000
+    lam = 0.7
+    rows = []
+    cases = [("M/M/1", q.service_distribution("exponential", mean=1.0)),
+             ("M/D/1", q.service_distribution("deterministic", mean=1.0)),
+             ("M/G/1 lognormal cov 2", q.service_distribution("lognormal", mean=1.0, cov=2.0)),
+             ("M/G/1 Erlang-4", q.service_distribution("erlang", mean=1.0, k=4))]
+    for name, dist in cases:
+        arr = q.PoissonArrivals(rate=lam).sample(rng, n)
+        svc = dist.sample(rng, n)
+        rep = q.analyze_queue(arr, svc, service_distribution=dist, arrival_rate=lam)
+        theory = q.mg1_mean_wait(lam, dist.mean, dist.second_moment)
+        tol = max(4 * rep.mean_wait_se / theory, 0.01)
+        rows.append(Row("theory", f"{name} mean wait, rho 0.7", rep.mean_wait, theory, "s", tol,
+                        "tolerance: 4 standard errors (batch means)"))
+    return rows
+
+
+def _pipeline_scenario(pp: int, m: int, schedule: str = "1f1b", v: int = 1):
+    from twin.scenario import load_scenario
+
+    raw = {
+        "name": f"validate-pipeline-{schedule}",
+        "cluster": {"topology": {"kind": "torus2d", "shape": [pp, 1]}, "device": "h100-sxm",
+                    "link": "nvlink4"},
+        "workload": {"model": {"name": "uniform", "arch": "gpt", "layers": 16, "hidden": 4096,
+                               "heads": 32, "vocab": 8, "seq_len": 2048},
+                     "global_batch": m, "micro_batch": 1,
+                     "parallelism": {"dp": 1, "tp": 1, "pp": pp},
+                     "schedule": schedule, "virtual_stages": v},
+        "trace": {"enabled": False},
+    }
+    return load_scenario(raw, ["cluster.link.bandwidth_gbps=1e9", "cluster.link.latency_us=0",
+                               "cluster.link.overhead_us=0",
+                               "cluster.device.kernel_overhead_us=0"])
+
+
+def _bubble(scen) -> float:
+    from twin.build import build
+    from twin.records import Recorder
+    from twin.run import simulate
+
+    class Ops(Recorder):
+        def __init__(self):
+            self.rows = []
+
+        def op(self, cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1, flops):
+            if kind == "compute" and name != "optimizer":
+                self.rows.append((cls, t0, t1))
+
+    rec = Ops()
+    simulate(build(scen), rec)
+    a = np.asarray(rec.rows)
+    end = a[:, 2].max()
+    busy = np.bincount(a[:, 0].astype(int), weights=a[:, 2] - a[:, 1])
+    return float(np.mean(1 - busy / end))
+
+
+@check("pipeline")
+def pipeline_bubble() -> list[Row]:
+    """Pipeline bubble fraction vs (p-1)/(m+p-1), and interleaving by v."""
+    rows = []
+    for pp, m in ((4, 8), (8, 16)):
+        b = _bubble(_pipeline_scenario(pp, m))
+        rows.append(Row("theory", f"1F1B bubble, p={pp} m={m}", b, (pp - 1) / (m + pp - 1), "-",
+                        0.02, "uniform stages, free network"))
+    b = _bubble(_pipeline_scenario(4, 8, "interleaved", 2))
+    rows.append(Row("theory", "interleaved 1F1B bubble, p=4 m=8 v=2", b, 1.5 / (8 + 1.5), "-",
+                    0.05, "((p-1)/v) / (m + (p-1)/v)"))
+    return rows
+
+
+@check("flops")
+def flops_closed_form() -> list[Row]:
+    """Executed GEMM FLOPs of an iteration vs the Narayanan et al. closed form."""
+    from twin.run import run
+    from twin.scenario import load_scenario
+    from workloads.transformer import closed_form_flops
+
+    rows = []
+    for recompute in ("none", "full"):
+        raw = {"name": "validate-flops",
+               "cluster": {"topology": {"kind": "torus2d", "shape": [4, 2]},
+                           "device": "h100-sxm", "link": "nvlink4"},
+               "workload": {"model": "gpt-1.7b", "global_batch": 16, "seq_len": 1024,
+                            "recompute": recompute,
+                            "parallelism": {"dp": 2, "tp": 2, "pp": 2}},
+               "trace": {"enabled": False}}
+        scen = load_scenario(raw)
+        s = run(scen).summary
+        w = scen.workload
+        ref = closed_form_flops(w.model, w.global_batch, w.seq, recompute)
+        if recompute == "full":  # the published 96-form counts the logits once
+            note = "96 B s l h^2 (1 + s/6h + V/16lh)"
+        else:
+            note = "72 B s l h^2 (1 + s/6h + V/12lh)"
+        rows.append(Row("theory", f"GPT-1.7B FLOPs per iteration, recompute {recompute}",
+                        s["executed_flops_per_iteration"], ref, "FLOP", 1e-6, note))
+    return rows
+
+
+@check("conservation")
+def conservation() -> list[Row]:
+    """Bytes sent = received; device energy components = integral of the power segments."""
+    from twin.run import run
+    from twin.scenario import load_scenario
+
+    raw = {"name": "validate-conservation",
+           "cluster": {"topology": {"kind": "mesh2d", "shape": [4, 2]}, "device": "h100-sxm",
+                       "link": "nvlink4"},
+           "workload": {"model": "llama3.2-1b", "global_batch": 8, "seq_len": 512,
+                        "parallelism": {"dp": 2, "tp": 2, "pp": 2}},
+           "trace": {"enabled": False}}
+    s = run(load_scenario(raw)).summary
+    return [Row("conservation", "bytes received / bytes sent", s["bytes_received"],
+                s["bytes_sent"], "B", 1e-12)]
+
+
+# ----------------------------------------------------------------------------- report
+def run_checks(names: list[str] | None = None) -> pd.DataFrame:
+    """Run the named checks (all by default); one row per comparison."""
+    rows: list[Row] = []
+    for name in names or list(CHECKS):
+        for r in CHECKS[name]():
+            rows.append(r)
+    df = pd.DataFrame([{**asdict(r), "error": r.error, "ok": r.ok} for r in rows])
+    return df[["group", "check", "predicted", "reference", "unit", "error", "target", "ok",
+               "calibrated", "note"]]
+
+
+def format_report(df: pd.DataFrame) -> str:
+    """The table `twin validate` prints."""
+    lines = [f"{'check':<58} {'predicted':>12} {'reference':>12} {'unit':>5} {'error':>8} "
+             f"{'target':>7}  status"]
+    for group, g in df.groupby("group", sort=False):
+        lines.append(f"[{group}]")
+        for r in g.itertuples():
+            status = "ok" if r.ok else "MISS"
+            if r.calibrated:
+                status += " (calibrated)"
+            lines.append(f"{r.check[:58]:<58} {r.predicted:>12.5g} {r.reference:>12.5g} "
+                         f"{r.unit:>5} {r.error:>+8.2%} {r.target:>7.1%}  {status}")
+    n_ok = int(df["ok"].sum())
+    lines.append(f"{n_ok}/{len(df)} within target")
+    return "\n".join(lines)
