@@ -1,40 +1,70 @@
 """Accelerators: the roofline compute model and the device agent that executes blocks.
 
-A kernel takes ``max(flops / F, bytes / M) + overhead`` seconds, where ``F`` is the achievable
-GEMM throughput at the run's precision (datasheet peak x measured matmul efficiency) for GEMMs
-and the fp32 vector peak for element-wise kernels, ``M`` the achievable HBM bandwidth, and
-``overhead`` the per-kernel launch/tail time; all from the device catalog.
+A kernel takes ``max(flops / F * f_max / f, bytes / M) + overhead`` seconds, where ``F`` is the
+achievable GEMM throughput at the run's precision (datasheet peak x measured matmul efficiency,
+times the wave-quantization efficiency of the GEMM's shape) for GEMMs and the fp32 vector peak
+for element-wise kernels, ``M`` the achievable HBM bandwidth,
+``overhead`` the per-kernel launch/tail time (all from the device catalog) and ``f`` the clock:
+math time scales with the clock, memory time does not.
 
-Power while a kernel runs (basic model, per device):
+Power (``devices.power``): while a block runs, a device draws
 
-``P = idle_w + u_c * (tdp_w - idle_w - P_hbm_max) + hbm_bytes/s * e_hbm``
+``P_chip = E_dyn / d + E_hbm / d + P_base + P_leak(V, T)``,  ``P_board = P_chip / eta(P_chip)``
 
-with ``u_c`` the fraction of the kernel's time its math units are busy
-(``flops / F / duration``) and ``P_hbm_max`` the HBM power at full bandwidth, so a kernel that
-saturates both never exceeds the TDP. Energy is integrated exactly per kernel.
+with ``E_dyn = P_dyn,max (V / V_max)^2 t_math(f_max)`` the switching energy of its math,
+``E_hbm`` its HBM traffic energy and ``d`` its duration; between blocks it draws the idle power
+``P_base + P_leak`` of its current P-state. Power is piecewise constant: one segment per block,
+idle stretch or DVFS transition, each integrated exactly, and the die temperature is advanced
+over each segment with the RC model's closed form (``devices.thermal``); leakage uses the
+temperature at the segment's start. Energy goes into the components ``compute`` (dynamic),
+``memory`` (HBM access), ``static`` (leakage + base while computing), ``idle`` (leakage + base
+while not computing, including DVFS stalls) and ``regulator`` (conversion loss + rail charge of
+DVFS transitions); they add up to the integral of the recorded board power.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
+from devices.power import DevicePower, PowerSetup
 from devices.spec import DeviceSpec
 from twin.records import Recorder
+
+_CHUNK = 4096  # power segments buffered as tuples before packing into an array
 
 
 @dataclass(frozen=True)
 class BlockCost:
-    """Duration and per-device energy of a compute block."""
+    """Duration and per-device energy of a compute block (at the given clock scale)."""
 
     duration_s: float
     gemm_flops: float        # model FLOPs (GEMM/attention) of the block
-    compute_j: float         # dynamic energy of the math units
+    compute_j: float         # dynamic energy of the math units at the top P-state's voltage
     memory_j: float          # HBM access energy
-    static_j: float          # baseline (idle-level) power during the block
+    static_j: float          # basic-model baseline (idle_w x duration), for reference
+    math_s: float = 0.0      # math time at the top clock
+
+
+def wave_efficiency(shape: tuple[float, float, float] | None, units: int | None,
+                    tile: tuple[int, int] | None) -> float:
+    """Fraction of the compute units busy over a GEMM's waves of output tiles.
+
+    A GEMM with output ``(batch, rows, cols)`` is split into ``batch * ceil(rows / TM) *
+    ceil(cols / TN)`` tiles; ``units`` tiles run at a time, so the last wave may leave units
+    idle (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background: wave
+    quantization"). 1 when the shape or the device's tiling is unknown.
+    """
+    if shape is None or units is None or tile is None:
+        return 1.0
+    batch, rows, cols = shape
+    tiles = max(round(batch), 1) * math.ceil(rows / tile[0]) * math.ceil(cols / tile[1])
+    waves = math.ceil(tiles / units)
+    return tiles / (waves * units)
 
 
 class ComputeModel:
@@ -54,9 +84,10 @@ class ComputeModel:
         self.vector_flops_per_s = spec.achievable_flops(vec)
         self.mem_bytes_per_s = spec.hbm_bytes_per_s
         self.overhead_s = spec.kernel_overhead_us * 1e-6
-        self.hbm_j_per_byte = hbm_pj_per_bit * 8e-12
-        self.hbm_max_w = spec.hbm_bandwidth_gbps * 1e9 * self.hbm_j_per_byte
-        self.dynamic_max_w = max(spec.tdp_w - spec.idle_w - self.hbm_max_w, 0.0)
+        self.power = DevicePower(spec, hbm_pj_per_bit)
+        self.hbm_j_per_byte = self.power.hbm_j_per_byte
+        self.hbm_max_w = self.power.hbm_max_w
+        self.dynamic_max_w = max(self.power.dyn_max_w, 0.0)
         self._cache: dict[object, BlockCost] = {}
 
     def block_cost(self, block, math_scale: float = 1.0, mem_scale: float = 1.0) -> BlockCost:
@@ -64,7 +95,7 @@ class ComputeModel:
 
         Args:
             block: the block.
-            math_scale: multiplies every kernel's math time (e.g. ``f_max / f`` under DVFS).
+            math_scale: multiplies every kernel's math time (``f_max / f`` under DVFS).
             mem_scale: multiplies every kernel's memory time (e.g. HBM contention or
                 degradation).
         """
@@ -79,15 +110,19 @@ class ComputeModel:
         fl = np.array([k.flops for k in block.kernels], dtype=float)
         by = np.array([k.bytes for k in block.kernels], dtype=float)
         gemm = np.array([k.gemm for k in block.kernels], dtype=bool)
-        rate = np.where(gemm, self.gemm_flops_per_s, self.vector_flops_per_s)
+        spec = self.spec
+        waves = np.array([wave_efficiency(k.shape, spec.compute_units, spec.gemm_tile)
+                          for k in block.kernels])
+        rate = np.where(gemm, self.gemm_flops_per_s * waves, self.vector_flops_per_s)
         t_math = fl / rate
         t_mem = by / self.mem_bytes_per_s * mem_scale
         dur = np.maximum(t_math * math_scale, t_mem) + self.overhead_s
-        compute_j = float(np.sum(t_math * self.dynamic_max_w))  # u_c * dur * P_dyn
+        math_s = float(np.sum(t_math))
+        compute_j = math_s * self.dynamic_max_w  # u_c * dur * P_dyn, summed over kernels
         memory_j = float(np.sum(by) * self.hbm_j_per_byte)
         total = float(dur.sum())
         return BlockCost(total, float(fl[gemm].sum()), compute_j, memory_j,
-                         total * self.spec.idle_w)
+                         total * self.spec.idle_w, math_s)
 
 
 @dataclass
@@ -101,31 +136,47 @@ class DeviceStats:
     static_j: float = 0.0
     idle_j: float = 0.0
     regulator_j: float = 0.0
-    last_t: float = 0.0
-    segments: list[tuple[float, float, float]] = field(default_factory=list)
+    transition_j: float = 0.0      # rail-charge part of regulator_j
+    transitions: int = 0
+    stall_s: float = 0.0           # compute stream stalled by DVFS transitions
+    cap_stretch_s: float = 0.0     # blocks lengthened to respect the power cap
+    throttle_steps: int = 0
+    busy_mhz_s: float = 0.0        # integral of the clock over compute time
+    max_temp_c: float = -math.inf
+    source: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def segments(self) -> np.ndarray:
+        """``(t_start, t_end, watts)`` rows of every power segment so far (W per device)."""
+        return self.source()[:, :3] if self.source is not None else np.empty((0, 3))
 
 
 class Accelerator:
-    """Agent for the devices of one rank class: runs compute blocks and accounts their power.
+    """Agent for the devices of one rank class: runs compute blocks, owns their clock,
+    temperature and power accounting.
 
     The executor calls :meth:`compute` for every compute instruction and :meth:`wait_start` /
-    :meth:`wait_end` around the times the compute stream is blocked on communication (hooks for
-    power policies). Power is piecewise constant: one segment per block at the block's mean
-    power, idle segments in between; energy is integrated exactly.
+    :meth:`wait_end` around the times the compute stream is blocked on communication (used by
+    bubble-aware down-clocking). The clock is the slowest of: the DVFS policy's clock for this
+    stage, the power-cap ceiling, the thermal-throttle ceiling and the cluster manager's cap;
+    a change takes effect at the next block after a transition that stalls the device.
 
     Args:
         env: SimPy environment.
         cls: rank class id.
         n_devices: devices this agent stands for.
         model: roofline/energy model of the device type.
-        recorder: trace sink.
+        recorder: trace sink (ops; DVFS stalls are recorded as ops of kind ``dvfs``).
         jitter_sigma: lognormal sigma of compute-duration noise (0: none).
         rng: generator for the noise (required when ``jitter_sigma > 0``).
+        power: the run's power setup (default: the basic settings of an empty ``power``).
+        stage: pipeline stage of the class (selects the stage's clock and cap ceiling).
     """
 
     def __init__(self, env: simpy.Environment, cls: int, n_devices: int, model: ComputeModel,
                  recorder: Recorder, jitter_sigma: float = 0.0,
-                 rng: np.random.Generator | None = None):
+                 rng: np.random.Generator | None = None, power: PowerSetup | None = None,
+                 stage: int = 0):
         self.env = env
         self.cls = cls
         self.n = n_devices
@@ -134,55 +185,300 @@ class Accelerator:
         self.recorder = recorder
         self.jitter_sigma = jitter_sigma
         self.rng = rng
-        self.stats = DeviceStats()
+        self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
+        self.power = setup = power if power is not None else PowerSetup(None, model)
+        self.dev = dev = setup.dev
+        self.reg = dev.regulator
+        self.stage = stage
+        spec = setup.spec
+        # clock: policy, cap, thermal and manager ceilings (P-state indices, 0 = fastest)
+        self.work_ps = setup.stage_ps.get(stage, 0)
+        self.cap_ps = setup.cap_ps.get(stage, 0)
+        self.cap_w = setup.cap_w
+        self._chip_cap = (self.reg.output_for_input(self.cap_w) if math.isfinite(self.cap_w)
+                          else math.inf)
+        self.thermal_ps = 0
+        self.manager_ps = 0
+        self.ps = self._target()
+        self._started = False
+        self.latency_s = setup.latency_s
+        self._tr_end = -math.inf
+        self._tr_to = self._tr_hi = self.ps
+        self._tr_w = 0.0
+        # leakage and thermal
+        self._base = dev.base_w
+        self._leak_w = dev.leak_w
+        self._leak_k = dev.leak_per_k
+        self._leak_ref = dev.leak_ref_c
+        self.thermal = setup.thermal
+        self.ambient_c = setup.ambient_c
+        self._ambient_next: float | None = None
+        self.temp_c = setup.initial_temp_c()
+        self.stats.max_temp_c = self.temp_c
+        th = spec.thermal
+        self.temp_limit_c = self.thermal.limit_c if self.thermal else math.inf
+        self._throttle = self.thermal is not None and th.throttle and dev.n_states > 1
+        self._throttle_dt = th.throttle_interval_s
+        self._next_throttle_t = 0.0
+        self._hyst = th.hysteresis_k
+        self._alert_armed = True
+        self._max_step = th.max_step_s if self.thermal is not None else math.inf
+        # bubble-aware down-clocking
+        d = spec.dvfs
+        self._bubble = d.bubble_downclock and dev.n_states > 1
+        self._wait_kinds = frozenset(d.wait_kinds)
+        self._wait_ps = setup.wait_ps
+        self._min_wait = d.min_wait_us * 1e-6
+        self._wait_pred: dict[str, float] = {}
+        self._wait: tuple[str, float] | None = None
+        # accounting
+        self.last_t = 0.0
+        self.energy_j = 0.0          # per device, accounted up to last_t
+        self._busy: tuple[float, float] | None = None
+        self._seg: list[tuple] = []
+        self._chunks: list[np.ndarray] = []
+        self._codes: dict[str, int] = {}
+        self._costs: dict[tuple, tuple] = {}
 
     @staticmethod
     def sigma_for_cov(cov: float) -> float:
         """Lognormal sigma giving coefficient of variation ``cov``."""
         return math.sqrt(math.log1p(cov * cov)) if cov > 0 else 0.0
 
+    # ------------------------------------------------------------------ execution
+    def _target(self) -> int:
+        return max(self.work_ps, self.cap_ps, self.thermal_ps, self.manager_ps)
+
+    def _block(self, block, ps: int) -> tuple:
+        dev = self.dev
+        c = self.model.block_cost(block, dev.math_scale[ps], self.mem_scale)
+        return (c.duration_s, c.gemm_flops, c.compute_j * dev.dyn_scale[ps], c.memory_j, block)
+
     def compute(self, block, iteration: int, mb: int, chunk: int, layer: int):
         """Process body: run ``block`` (a ``workloads.transformer.Block``) to completion."""
         env, st = self.env, self.stats
-        c = self.model.block_cost(block, 1.0, self.mem_scale)
-        dur = c.duration_s * self.slowdown
+        t0 = env.now
+        if t0 > self.last_t:
+            self._idle_to(t0)
+        self._started = True
+        if self._throttle and t0 >= self._next_throttle_t:
+            self._throttle_check(t0)
+        ps = self._target()
+        if ps != self.ps or self._tr_end > t0:
+            yield from self._switch(iteration)
+            t0 = env.now
+            ps = self.ps
+        key = (id(block), ps, self.mem_scale)
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = self._block(block, ps)
+        dur, flops, e_dyn, e_mem, _ = c
+        dur *= self.slowdown
         if self.jitter_sigma > 0:
             s = self.jitter_sigma
             dur *= float(self.rng.lognormal(-0.5 * s * s, s))
-        t0 = env.now
-        self.idle_until(t0)
+        leak = self._leak_w[ps]
+        if self._leak_k:
+            leak *= math.exp(self._leak_k * (self.temp_c - self._leak_ref))
+        p_static = self._base + leak
+        if dur <= 0:  # an empty block takes no time and no energy
+            e_dyn = e_mem = 0.0
+        e_act = e_dyn + e_mem
+        p_chip = e_act / dur + p_static if dur > 0 else p_static
+        p_board = self.reg.input_power(p_chip)
+        if p_board > self.cap_w and dur > 0:
+            chip_cap = self._chip_cap
+            if chip_cap > p_static:  # duty-cycle the block down to the cap
+                new = e_act / (chip_cap - p_static)
+                st.cap_stretch_s += new - dur
+                dur = new
+                p_chip = e_act / dur + p_static
+                p_board = self.reg.input_power(p_chip)
+        self._busy = (t0, p_board)
         yield env.timeout(dur)
-        static = self.idle_w * dur
-        st.compute_s += dur
-        st.gemm_flops += c.gemm_flops
-        st.compute_j += c.compute_j
-        st.memory_j += c.memory_j
-        st.static_j += static
-        st.last_t = env.now
-        watts = (c.compute_j + c.memory_j + static) / dur if dur > 0 else 0.0
-        self._segment(t0, env.now, watts, block.name)
+        self._busy = None
+        t1 = env.now
+        d = t1 - t0
+        st.compute_s += d
+        st.gemm_flops += flops
+        st.compute_j += e_dyn
+        st.memory_j += e_mem
+        st.static_j += p_static * d
+        st.regulator_j += (p_board - p_chip) * d
+        st.busy_mhz_s += self.dev.mhz[ps] * d
+        self.last_t = t1
+        self._segment(t0, t1, p_board, block.name, ps, p_chip)
+        if self._ambient_next is not None:
+            self.ambient_c, self._ambient_next = self._ambient_next, None
         self.recorder.op(self.cls, iteration, "compute", "compute", block.name, mb, chunk,
-                         layer, t0, env.now, c.gemm_flops)
+                         layer, t0, t1, flops)
 
+    def _switch(self, iteration: int):
+        """Process body: finish a pending transition, then move to the target P-state."""
+        env = self.env
+        t0 = env.now
+        if self._tr_end > t0:
+            yield env.timeout(self._tr_end - t0)
+            self._idle_to(max(env.now, self._tr_end))
+        ps = self._target()
+        if ps != self.ps:
+            self._start_transition(ps)
+            if self.latency_s:
+                yield env.timeout(self.latency_s)
+                self._idle_to(max(env.now, self._tr_end))
+        t1 = env.now
+        if t1 > t0:
+            self.stats.stall_s += t1 - t0
+            self.recorder.op(self.cls, iteration, "compute", "dvfs", "dvfs", -1, -1, -1, t0, t1,
+                             0.0)
+
+    def _start_transition(self, ps: int) -> None:
+        """Begin moving from the current P-state to ``ps`` (accounting is up to now)."""
+        st = self.stats
+        st.transitions += 1
+        if not self.latency_s:
+            self.ps = ps
+            return
+        dev = self.dev
+        self._tr_to = ps
+        self._tr_hi = min(self.ps, ps)
+        self._tr_end = self.env.now + self.latency_s
+        self._tr_w = self.reg.transition_energy(dev.volts[self.ps], dev.volts[ps]) / self.latency_s
+
+    def _throttle_check(self, t: float) -> None:
+        """Thermal throttle: one P-state down above the limit, one up below limit - hyst."""
+        self._next_throttle_t = t + self._throttle_dt
+        if self.temp_c >= self.temp_limit_c:
+            if self.thermal_ps < self.dev.n_states - 1:
+                self.thermal_ps += 1
+                self.stats.throttle_steps += 1
+        elif self.temp_c < self.temp_limit_c - self._hyst and self.thermal_ps > 0:
+            self.thermal_ps -= 1
+
+    # ------------------------------------------------------------------ hooks
     def wait_start(self, kind: str) -> None:
         """The compute stream starts waiting (``tp``, ``recv``, ``dp_wait``)."""
+        if not self._bubble or kind not in self._wait_kinds:
+            return
+        now = self.env.now
+        self._wait = (kind, now)
+        pred = self._wait_pred.get(kind)
+        if pred is not None and pred < self._min_wait:
+            return
+        if now > self.last_t:
+            self._idle_to(now)
+        self._started = True
+        target = max(self._wait_ps, self._target())
+        if target != self.ps and self._tr_end <= now:
+            self._start_transition(target)
 
     def wait_end(self, kind: str) -> None:
         """The compute stream stops waiting."""
+        w = self._wait
+        if w is not None and w[0] == kind:
+            self._wait_pred[kind] = self.env.now - w[1]
+            self._wait = None
 
+    def set_frequency_cap(self, mhz: float) -> None:
+        """Cluster manager: run no faster than ``mhz`` (from the next block on)."""
+        self.manager_ps = self.dev.floor_state(mhz)
+        if not self._started:
+            self.ps = self._tr_to = self._tr_hi = self._target()
+
+    def set_ambient(self, celsius: float) -> None:
+        """Change the inlet air temperature (e.g. a cooling failure), C. Takes effect now, or,
+        if a block is running, when it ends (its segment keeps the old ambient)."""
+        if self._busy is not None:
+            self._ambient_next = float(celsius)
+            return
+        if self.env.now > self.last_t:
+            self._idle_to(self.env.now)
+        self.ambient_c = float(celsius)
+
+    def energy_at(self, t: float) -> float:
+        """Energy of one device from 0 to ``t`` (``t`` = now), J (telemetry)."""
+        if self._busy is not None:
+            t0, watts = self._busy
+            return self.energy_j + watts * (t - t0)
+        if t > self.last_t:
+            self._idle_to(t)
+        return self.energy_j
+
+    # ------------------------------------------------------------------ accounting
     def idle_until(self, t: float) -> None:
-        """Account idle power from the end of the last block up to ``t``."""
-        st = self.stats
-        if t > st.last_t:
-            st.idle_j += (t - st.last_t) * self.idle_w
-            self._segment(st.last_t, t, self.idle_w, "idle")
-            st.last_t = t
+        """Account idle power (and any DVFS transition in progress) up to ``t``."""
+        if t > self.last_t:
+            self._idle_to(t)
 
-    def _segment(self, t0: float, t1: float, watts: float, state: str) -> None:
-        self.stats.segments.append((t0, t1, watts))
-        self.recorder.power(self.cls, t0, t1, watts, state)
+    def _idle_to(self, t: float) -> None:
+        st, dev = self.stats, self.dev
+        while self.last_t < t:
+            t0 = self.last_t
+            moving = self._tr_end > t0
+            if moving:
+                t1 = t if t < self._tr_end else self._tr_end
+                ps = self._tr_hi
+                chip = self._base + dev.leakage(ps, self.temp_c)
+                extra = self._tr_w
+                state = "dvfs"
+            else:
+                t1 = t if t - t0 <= self._max_step else t0 + self._max_step
+                ps = self.ps
+                chip = self._base + dev.leakage(ps, self.temp_c)
+                extra = 0.0
+                state = "idle"
+            p_board = self.reg.input_power(chip) + extra
+            d = t1 - t0
+            st.idle_j += chip * d
+            st.regulator_j += (p_board - chip) * d
+            st.transition_j += extra * d
+            self.last_t = t1
+            self._segment(t0, t1, p_board, state, ps, chip)
+            if moving and t1 >= self._tr_end:
+                self.ps = self._tr_to
+
+    def _segment(self, t0: float, t1: float, watts: float, state: str, ps: int,
+                 heat_w: float) -> None:
+        """Record one constant-power segment; advance the temperature over it."""
+        d = t1 - t0
+        self.energy_j += watts * d
+        th = self.thermal
+        if th is not None and d > 0:
+            temp0 = self.temp_c
+            ss = self.ambient_c + th.r * heat_w  # closed form of the RC model (devices.thermal)
+            temp1 = ss + (temp0 - ss) * math.exp(-d / th.tau)
+            lim = self.temp_limit_c
+            if self._alert_armed and temp1 >= lim:
+                dt = th.crossing(temp0, heat_w, lim, self.ambient_c)
+                self.power.alert_rows.append((t0 + min(dt, d), "temperature", f"cls{self.cls}",
+                                              temp1, lim))
+                self._alert_armed = False
+            elif temp1 < lim - self._hyst:
+                self._alert_armed = True
+            self.temp_c = temp1
+            if temp1 > self.stats.max_temp_c:
+                self.stats.max_temp_c = temp1
+        code = self._codes.get(state)
+        if code is None:
+            code = self._codes[state] = len(self._codes)
+        self._seg.append((t0, t1, watts, code, ps, self.temp_c))
+        if len(self._seg) >= _CHUNK:
+            self._chunks.append(np.array(self._seg, dtype=float))
+            self._seg = []
+
+    def power_segments(self) -> np.ndarray:
+        """All power segments so far, shape (n, 6): t_start, t_end, watts (per device),
+        state code, P-state index, temperature at t_end (C)."""
+        parts = [*self._chunks]
+        if self._seg:
+            parts.append(np.array(self._seg, dtype=float))
+        return np.concatenate(parts) if parts else np.empty((0, 6))
+
+    def state_names(self) -> list[str]:
+        """Names of the state codes of :meth:`power_segments` (block names, idle, dvfs)."""
+        return sorted(self._codes, key=self._codes.__getitem__)
 
     def energy_breakdown(self) -> dict[str, float]:
         """Energy of all devices of this agent by component, J."""
@@ -195,9 +491,9 @@ def peak_power(agents: list[Accelerator]) -> float:
     """Peak of the summed device power over the run, W (exact, from the power segments)."""
     times, deltas = [], []
     for a in agents:
-        if not a.stats.segments:
+        seg = a.power_segments()
+        if not len(seg):
             continue
-        seg = np.asarray(a.stats.segments)
         times += [seg[:, 0], seg[:, 1]]
         deltas += [seg[:, 2] * a.n, -seg[:, 2] * a.n]
     if not times:

@@ -13,6 +13,12 @@ which every pair ``src[i] -> dst[i]`` sends ``nbytes[i]`` (a ring all-reduce is 
 Both keep per-link byte and busy-time counters and per-device sent/received byte counters
 (conservation is tested), reroute around failed links and resend what a failure cut after
 the retransmission timeout.
+
+Faults: a pair that failures have disconnected (``NoRoute``) waits until an edge is restored
+and then takes the new route (the wait is logged in ``stalls``); the job never crashes on it.
+A phase whose process is interrupted (the job was aborted by an accelerator failure)
+withdraws its traffic; its bytes count as ``bytes_dropped``, so
+``bytes_sent == bytes_received + bytes_dropped`` always holds.
 """
 
 from __future__ import annotations
@@ -25,10 +31,18 @@ import simpy
 
 from devices.link import Link, LinkDown
 from devices.spec import LinkSpec
+from topologies.routing import NoRoute
 from twin.flows import FlowNetwork, Transfer
 
 
-@dataclass(frozen=True)
+class _Abort:
+    """Interrupt cause the fabric sends its own message/packet processes on a job abort."""
+
+
+ABORT = _Abort()
+
+
+@dataclass(frozen=True, eq=False)
 class Phase:
     """``steps`` rounds; in each, ``src[i]`` sends ``nbytes[i]`` bytes to ``dst[i]``."""
 
@@ -98,10 +112,17 @@ class Fabric:
             self.overhead[lid] = spec.overhead_us * 1e-6
             self.energy_per_byte[lid] = spec.energy_pj_per_bit * 8e-12
             self.idle_w[lid] = spec.idle_w * count / 2.0  # idle power split per direction
+        self._plans: dict[Phase, tuple] = {}  # see _plan
+        self._plan_serial = 0
         self.bytes_sent = np.zeros(topo.n_devices)
         self.bytes_received = np.zeros(topo.n_devices)
+        self.bytes_dropped = np.zeros(topo.n_devices)  # of aborted phases, by destination
         self.reroutes = 0
         self.retransmitted_bytes = 0.0
+        self.stalls: list[tuple[float, float, int, int]] = []  # (t0, t1, src, dst) no route
+        self._restored = env.event()  # fires (and is replaced) whenever an edge comes back
+        self._steps: dict[int, int] = {}  # steps of each in-flight flow-model transfer
+        self.on_stall: Callable[[int, int], None] | None = None  # called on every NoRoute
         if model == "flow":
             self.flows = FlowNetwork(env, self.capacity)
         else:
@@ -133,58 +154,149 @@ class Fabric:
 
     # ----------------------------------------------------------------- execution
     def run_phase(self, phase: Phase, name: str = "", owner: int = -1):
-        """Process body executing ``phase``; returns when every byte has arrived."""
+        """Process body executing ``phase``; returns when every byte has arrived.
+
+        Interrupting the process that runs it aborts the phase: its traffic leaves the network
+        and its bytes are counted as dropped (then the interrupt propagates).
+        """
         t0 = self.env.now
-        src = np.asarray(phase.src, dtype=np.int64)
-        dst = np.asarray(phase.dst, dtype=np.int64)
-        routes = [self.router.route(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
-        per_pair = np.asarray(phase.nbytes, dtype=float) * np.ones(len(src))
-        total = per_pair * phase.steps
-        np.add.at(self.bytes_sent, src, total)
-        if self.model == "flow":
+        src, dst = phase.src, phase.dst
+        plan = self._plan(phase)
+        if plan is not None:
+            routes, alpha, hops, per_pair, total, key, sent, received = plan
+        else:  # failures disconnect some pair: wait for repairs, no caching
+            routes = []
+            for a, b in zip(src, dst, strict=True):
+                routes.append((yield from self._route_wait(int(a), int(b))))
+            per_pair = np.asarray(phase.nbytes, dtype=float) * np.ones(len(src))
+            total = per_pair * phase.steps
             alpha = max((self.step_latency(r) for r in routes), default=0.0)
-            tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name)
-            yield tr.done
-        else:
-            for _ in range(phase.steps):
-                procs = [self.env.process(self._message(int(a), int(b), float(nb)))
-                         for a, b, nb in zip(src, dst, per_pair, strict=True) if nb > 0]
-                yield self.env.all_of(procs)
-        np.add.at(self.bytes_received, dst, total)
-        if self.record is not None:
             hops = max((len(r) for r in routes), default=0)
+            key = None
+            sent = (np.asarray(src), total)
+            received = (np.asarray(dst), total)
+        np.add.at(self.bytes_sent, sent[0], sent[1])
+        if self.model == "flow":
+            tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name,
+                                     key=key)
+            self._steps[tr.id] = phase.steps
+            try:
+                yield tr.done
+            except simpy.Interrupt:
+                self.flows.cancel(tr)
+                np.add.at(self.bytes_dropped, dst, total)
+                raise
+            finally:
+                self._steps.pop(tr.id, None)
+            hops = max(hops, max((len(r) for r in tr.routes), default=0))
+        else:
+            box = [hops]
+            for _ in range(phase.steps):
+                procs = [self.env.process(self._message(int(a), int(b), float(nb), box))
+                         for a, b, nb in zip(src, dst, per_pair, strict=True) if nb > 0]
+                try:
+                    yield self.env.all_of(procs)
+                except simpy.Interrupt:
+                    for p in procs:
+                        if p.is_alive:
+                            p.interrupt(ABORT)
+                    np.add.at(self.bytes_dropped, dst, total)
+                    raise
+            hops = box[0]
+        np.add.at(self.bytes_received, received[0], received[1])
+        if self.record is not None:
             self.record(MessageRecord(t0, self.env.now, name, owner, len(src), phase.steps,
                                       float(total.sum()), hops, int(src[0]) if len(src) else -1,
                                       int(dst[0]) if len(dst) else -1))
 
-    def _message(self, src: int, dst: int, nbytes: float):
-        """Packet model: one message, cut into packets sent along the route."""
-        route = self.router.route(src, dst)
-        if not route:
-            return
-        yield self.env.timeout(float(self.overhead[route[0]]))
-        n_pk = max(1, int(np.ceil(nbytes / self.packet_bytes)))
-        sizes = np.full(n_pk, nbytes / n_pk)
-        yield self.env.all_of([self.env.process(self._packet(src, dst, float(sz)))
-                               for sz in sizes])
+    def _plan(self, phase: Phase) -> tuple | None:
+        """Routes, per-step alpha, max hops, byte vectors and the flow-engine pattern key of a
+        phase, cached per phase object and set of failed edges (None when failures leave
+        some pair without a route)."""
+        failed = self.router.failed_edges
+        hit = self._plans.get(phase)
+        if hit is not None and hit[0] == failed:
+            return hit[1]
+        try:
+            routes = [self.router.route(a, b)
+                      for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True)]
+        except NoRoute:
+            return None
+        per_pair = np.asarray(phase.nbytes, dtype=float) * np.ones(len(phase.src))
+        total = per_pair * phase.steps
+        us, inv = np.unique(phase.src, return_inverse=True)
+        ud, invd = np.unique(phase.dst, return_inverse=True)
+        self._plan_serial += 1
+        plan = (routes, max((self.step_latency(r) for r in routes), default=0.0),
+                max((len(r) for r in routes), default=0), per_pair, total,
+                (self._plan_serial, failed), (us, np.bincount(inv, weights=total)),
+                (ud, np.bincount(invd, weights=total)))
+        self._plans[phase] = (failed, plan)
+        return plan
 
-    def _packet(self, src: int, dst: int, size: float):
-        node = src
-        while node != dst:
-            route = self.router.route(node, dst)
-            lid = route[0]
-            link = self.links[lid]
+    def _route_wait(self, src: int, dst: int):
+        """Process body: the route ``src -> dst``, waiting for edges to come back while
+        failures disconnect the pair (each wait is logged in ``stalls``)."""
+        t0 = None
+        while True:
             try:
-                if not link.up:
-                    raise simpy.Interrupt(LinkDown(lid))
-                yield from link.send(size)
-                node = int(self.topo.link_dst[lid])
-            except simpy.Interrupt as intr:
-                if not isinstance(intr.cause, LinkDown):
-                    raise
-                self.reroutes += 1
-                self.retransmitted_bytes += size
-                yield self.env.timeout(self.timeout_s)
+                route = self.router.route(src, dst)
+            except NoRoute:
+                if t0 is None:
+                    t0 = self.env.now
+                if self.on_stall is not None:
+                    self.on_stall(src, dst)
+                yield self._restored
+                continue
+            if t0 is not None:
+                self.stalls.append((t0, self.env.now, src, dst))
+            return route
+
+    def _message(self, src: int, dst: int, nbytes: float, box: list | None = None):
+        """Packet model: one message, cut into packets sent along the route."""
+        pks: list = []
+        try:
+            route = yield from self._route_wait(src, dst)
+            if not route:
+                return
+            yield self.env.timeout(float(self.overhead[route[0]]))
+            n_pk = max(1, int(np.ceil(nbytes / self.packet_bytes)))
+            sizes = np.full(n_pk, nbytes / n_pk)
+            pks = [self.env.process(self._packet(src, dst, float(sz), box)) for sz in sizes]
+            yield self.env.all_of(pks)
+        except simpy.Interrupt as intr:
+            if intr.cause is not ABORT:
+                raise
+            for p in pks:
+                if p.is_alive:
+                    p.interrupt(ABORT)
+
+    def _packet(self, src: int, dst: int, size: float, box: list | None = None):
+        node = src
+        hops = 0
+        try:
+            while node != dst:
+                route = yield from self._route_wait(node, dst)
+                lid = route[0]
+                link = self.links[lid]
+                try:
+                    if not link.up:
+                        raise simpy.Interrupt(LinkDown(lid))
+                    yield from link.send(size)
+                    node = int(self.topo.link_dst[lid])
+                    hops += 1
+                except simpy.Interrupt as intr:
+                    if not isinstance(intr.cause, LinkDown):
+                        raise
+                    self.reroutes += 1
+                    self.retransmitted_bytes += size
+                    yield self.env.timeout(self.timeout_s)
+        except simpy.Interrupt as intr:
+            if intr.cause is not ABORT:
+                raise
+            return
+        if box is not None and hops > box[0]:
+            box[0] = hops
 
     # ----------------------------------------------------------------- failures
     def fail_edge(self, u: int, v: int) -> None:
@@ -201,15 +313,29 @@ class Fabric:
                 self.links[lid].fail()
 
     def restore_edge(self, u: int, v: int) -> None:
-        """Bring edge {u, v} back; new routes may use it again."""
+        """Bring edge {u, v} back; new routes may use it again (pairs waiting for a route
+        retry now)."""
         self.router.restore_edge(u, v)
         if self.model == "packet":
             for lid in (self.topo.link_id(u, v), self.topo.link_id(v, u)):
                 self.links[lid].restore()
+        ev, self._restored = self._restored, self.env.event()
+        ev.succeed()
 
     def _resend(self, tr: Transfer, flows: np.ndarray):
+        """Resend cut flows after the timeout on new routes; the transfer's per-step latency
+        becomes that of its longest route now (a detour adds hops)."""
         yield self.env.timeout(self.timeout_s)
         src = self.topo.link_src[[tr.routes[int(i)][0] for i in flows]]
         dst = self.topo.link_dst[[tr.routes[int(i)][-1] for i in flows]]
-        routes = [self.router.route(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
+        routes = []
+        for a, b in zip(src, dst, strict=True):
+            routes.append((yield from self._route_wait(int(a), int(b))))
+        steps = self._steps.get(tr.id)
+        if steps is not None:
+            new = [tuple(int(x) for x in r) for r in routes]
+            old = [tuple(int(x) for x in r) for k, r in enumerate(tr.routes)
+                   if k not in set(int(i) for i in flows)]
+            alpha = max((self.step_latency(r) for r in new + old), default=0.0)
+            tr.latency = max(tr.latency, alpha * steps)
         self.flows.resume(tr, flows, routes)

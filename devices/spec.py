@@ -33,6 +33,11 @@ class DeviceSpec(StrictModel):
         description="best achievable fraction of peak for large GEMMs, per precision")
     kernel_overhead_us: NonNegativeFloat = Field(
         description="fixed launch/tail overhead per kernel, microseconds")
+    compute_units: int | None = Field(
+        default=None, gt=0, description="units that each take one GEMM output tile at a time "
+                                        "(GPU SMs); None: no wave quantization")
+    gemm_tile: tuple[int, int] | None = Field(
+        default=None, description="GEMM output tile [rows, cols] one unit computes")
     hbm_gb: PositiveFloat = Field(description="HBM capacity, 1e9 bytes")
     hbm_bandwidth_gbps: PositiveFloat = Field(description="peak HBM bandwidth, GB/s")
     memory_efficiency: Fraction = Field(
@@ -43,7 +48,35 @@ class DeviceSpec(StrictModel):
     clock_mhz: PositiveFloat | None = Field(
         default=None, description="boost clock at which peak_tflops is quoted (None: unpublished)")
     tdp_w: PositiveFloat = Field(description="board power limit (TDP/TGP), W")
-    idle_w: PositiveFloat = Field(description="power when powered on and idle, W")
+    idle_w: PositiveFloat = Field(description="board power when powered on and idle, W (at the "
+                                              "lowest P-state and leakage_ref_c)")
+    # --- detailed power model (devices.power); absent fields give the basic model -----------
+    p_states: list[tuple[PositiveFloat, PositiveFloat]] | None = Field(
+        default=None, description="voltage-frequency table: [[MHz, V], ...]; the highest "
+                                  "frequency must equal clock_mhz")
+    leakage_w: NonNegativeFloat | None = Field(
+        default=None, description="leakage (static) power at the top P-state's voltage and "
+                                  "leakage_ref_c, W (part of idle_w)")
+    leakage_ref_c: float | None = Field(
+        default=None, description="die temperature at which leakage_w and idle_w are given, C")
+    leakage_per_k: NonNegativeFloat | None = Field(
+        default=None, description="leakage growth with die temperature: "
+                                  "P_leak ~ exp(leakage_per_k * (T - leakage_ref_c)), 1/K")
+    leakage_voltage_exponent: NonNegativeFloat | None = Field(
+        default=None, description="leakage power ~ V ** exponent")
+    thermal_r_k_per_w: PositiveFloat | None = Field(
+        default=None, description="lumped thermal resistance die -> inlet air, K/W")
+    thermal_c_j_per_k: PositiveFloat | None = Field(
+        default=None, description="lumped thermal capacitance (die + heat sink), J/K")
+    temp_limit_c: float | None = Field(
+        default=None, description="die temperature at which the device throttles, C")
+    regulator_efficiency: list[tuple[NonNegativeFloat, Fraction]] | None = Field(
+        default=None, description="voltage-regulator efficiency curve [[load, efficiency], ...] "
+                                  "with load = output power / tdp_w")
+    dvfs_transition_us: PositiveFloat | None = Field(
+        default=None, description="voltage/frequency transition time (device stalls), us")
+    regulator_capacitance_mf: NonNegativeFloat | None = Field(
+        default=None, description="regulator output capacitance charged at a voltage change, mF")
 
     @model_validator(mode="after")
     def _consistent(self) -> DeviceSpec:
@@ -53,6 +86,9 @@ class DeviceSpec(StrictModel):
                 f"matmul_efficiency lacks precision(s) {missing} listed in peak_tflops")
         if self.idle_w >= self.tdp_w:
             raise ValueError(f"idle_w ({self.idle_w}) must be below tdp_w ({self.tdp_w})")
+        from devices.power import check_device_power  # the power model owns these rules
+
+        check_device_power(self)
         return self
 
     def supports(self, precision: str) -> bool:

@@ -29,7 +29,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
             client.close()
         return
     cluster = LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
-                           processes=True, dashboard_address=None)
+                           processes=True, dashboard_address=":0")
     client = Client(cluster)
     try:
         yield client

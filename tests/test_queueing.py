@@ -70,8 +70,12 @@ def poisson_mg1(rng, lam, dist, n):
 # FIFO engine vs references
 # ------------------------------------------------------------------------------------------
 
-_gap = st.one_of(st.just(0.0), st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False))
-_service = st.one_of(st.just(0.0), st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False))
+# Subnormal times (< 2.2e-308 s) are excluded: differences at that scale are rounding, not
+# queueing (hypothesis found 0 vs 1.1e-308 once).
+_gap = st.one_of(st.just(0.0), st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False,
+                                         allow_subnormal=False))
+_service = st.one_of(st.just(0.0), st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False,
+                                             allow_subnormal=False))
 
 
 @settings(max_examples=200, deadline=None)
@@ -91,7 +95,10 @@ def test_fifo_equals_sequential_loop(data, offset, initial_wait, block_size, seg
     )
     ref = plain_lindley(arrivals, services, initial_wait)
     scale = max(float(services.mean()) if services.size else 0.0, initial_wait)
-    np.testing.assert_allclose(res.waits, ref, rtol=1e-9, atol=1e-9 * scale)
+    # waits below the float resolution of the time axis (ulp of the largest arrival time)
+    # are rounding, whatever the service scale: hypothesis found 0 vs 9.6e-268 s next to 1 s
+    resolution = 4 * np.finfo(float).eps * max(float(arrivals.max()) if arrivals.size else 0, 1)
+    np.testing.assert_allclose(res.waits, ref, rtol=1e-9, atol=1e-9 * scale + resolution)
     assert (res.waits >= 0.0).all()
     # departures are nondecreasing up to rounding of the (different) summation order
     assert (np.diff(res.departures) >= -1e-12 * max(scale, 1.0) - 1e-15 * offset).all()

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topologies.graph import build_topology
-from topologies.placement import device_order, place, ring_order, snake_cycle
+from topologies.graph import MissingLinkType, build_topology
+from topologies.placement import (
+    PLACEMENTS,
+    device_order,
+    dor_link_load,
+    grid_cycle,
+    place,
+    ring_order,
+    snake_cycle,
+)
 from topologies.routing import NoRoute, Router
+from workloads.parallel import Layout
 
 
 def test_mesh_edges_and_corners_have_fewer_links():
@@ -56,7 +66,6 @@ def test_routes_are_connected_and_minimal(nx_, ny, data):
         assert int(t.link_src[lid]) == node
         node = int(t.link_dst[lid])
     assert node == b
-    import networkx as nx
     assert len(route) == nx.shortest_path_length(t.graph, a, b)
 
 
@@ -99,7 +108,310 @@ def test_placement_policies():
     t = build_topology("torus2d", (4, 4), "x")
     snake = place(t, 4, 2, 2, "snake")
     assert sorted(snake) == list(range(16))
-    np.testing.assert_array_equal(snake, device_order(t))
+    np.testing.assert_array_equal(place(t, 16, 1, 1, "snake"), device_order(t))
+    np.testing.assert_array_equal(snake, device_order(t, 2, 2))
     np.testing.assert_array_equal(place(t, 4, 2, 2, "row-major"), np.arange(16))
     with pytest.raises(ValueError):
         place(t, 3, 2, 2)
+
+
+# ----------------------------------------------------------------------- every kind
+def _switched(**kw):
+    return build_topology("switched", (4, 6), "nvs", 18, nic_link="ib", **kw)
+
+
+KINDS = {
+    "torus2d": lambda: build_topology("torus2d", (4, 3), "x", 2),
+    "mesh2d": lambda: build_topology("mesh2d", (4, 3), "x", 2),
+    "dragonfly2d": lambda: build_topology("dragonfly2d", (4, 6), "x", 2, global_link="g",
+                                          global_links_per_edge=1),
+    "ring": lambda: build_topology("ring", (7,), "x", 2),
+    "torus3d": lambda: build_topology("torus3d", (3, 4, 3), "x", 2),
+    "switched": lambda: _switched(),
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_kind_builds_connected_with_typed_edges(kind):
+    t = KINDS[kind]()
+    assert t.kind == kind
+    assert nx.is_connected(t.graph)
+    assert t.coords.shape == (t.n_devices, max(2, len(t.shape)))
+    for _u, _v, d in t.graph.edges(data=True):
+        assert {"link", "count", "dim", "tier"} <= set(d) and d["count"] >= 1
+    switches = [v for v in t.graph.nodes if v >= t.n_devices]
+    assert all(t.graph.nodes[v]["role"] != "device" for v in switches)
+    assert t.n_links == 2 * t.graph.number_of_edges()
+
+
+def test_grid_degrees_and_counts():
+    assert (KINDS["torus2d"]().degree() == 4).all()
+    assert sorted(set(KINDS["mesh2d"]().degree().tolist())) == [2, 3, 4]
+    t3 = KINDS["torus3d"]()
+    assert t3.n_devices == 36 and (t3.degree() == 6).all() and (t3.link_degree() == 12).all()
+    r = KINDS["ring"]()
+    assert r.n_devices == 7 and (r.degree() == 2).all() and r.link_types() == {"x"}
+    assert Router(r).hops(0, 4) == 3 and Router(r).hops(0, 3) == 3  # shorter way round
+
+
+def test_dragonfly_wiring():
+    """K_A inside each group, exactly one global edge per pair of groups, at the documented
+    devices; every device has A-1 local and floor/ceil((G-1)/A) global links; diameter 3."""
+    a, groups = 4, 6
+    t = KINDS["dragonfly2d"]()
+    assert t.n_devices == a * groups and t.link_types() == {"x", "g"}
+    local = [(u, v) for u, v, d in t.graph.edges(data=True) if d["tier"] == "local"]
+    glob = [(u, v, d) for u, v, d in t.graph.edges(data=True) if d["tier"] == "global"]
+    assert len(local) == groups * a * (a - 1) // 2
+    assert all(u // a == v // a for u, v in local)
+    pairs = sorted(tuple(sorted((u // a, v // a))) for u, v, _ in glob)
+    assert pairs == [(i, j) for i in range(groups) for j in range(i + 1, groups)]
+    for u, v, d in glob:
+        i, j = sorted((u // a, v // a))
+        lo, hi = (u, v) if u // a == i else (v, u)
+        assert lo == (j - 1) % a + a * i and hi == i % a + a * j
+        assert d["link"] == "g" and d["count"] == 1 and d["dim"] == 1
+    n_global = np.zeros(t.n_devices, dtype=int)
+    for u, v, _ in glob:
+        n_global[[u, v]] += 1
+    assert set(n_global.tolist()) <= {(groups - 1) // a, -(-(groups - 1) // a)}
+    assert nx.diameter(t.graph) <= 3
+
+
+def test_switched_fat_tree_wiring():
+    """Rail-optimized: one NIC per GPU on its rail's leaf; full bisection: as many spines as
+    hosts per leaf, every leaf to every spine."""
+    t = _switched(nodes_per_leaf=2)
+    ft = t.fat_tree
+    g, nodes = 4, 6
+    assert t.n_devices == g * nodes and t.link_types() == {"nvs", "ib"}
+    assert ft.rails == g and ft.per_gpu_nics and ft.leaves.shape == (g, 3)
+    assert len(ft.spines) == 2 and len(ft.nvswitches) == nodes
+    for d in range(t.n_devices):
+        nb = {t.graph.nodes[v]["role"]: v for v in t.graph.neighbors(d)}
+        assert nb == {"nvswitch": ft.nvswitch(d // g), "leaf": ft.device_leaf(d)}
+        assert t.graph.edges[d, nb["nvswitch"]]["link"] == "nvs"
+        assert t.graph.edges[d, nb["nvswitch"]]["count"] == 18
+        assert t.graph.edges[d, nb["leaf"]]["link"] == "ib"
+    for leaf in ft.leaves.ravel():
+        assert t.graph.degree(leaf) == 2 + len(ft.spines)   # 2 hosts + every spine
+    for s in ft.spines:
+        assert t.graph.degree(s) == ft.leaves.size
+    half = _switched(nodes_per_leaf=2, oversubscription=2.0)
+    assert len(half.fat_tree.spines) == 1
+    shared = _switched(nics_per_node=2)
+    assert not shared.fat_tree.per_gpu_nics and shared.fat_tree.rails == 2
+    sw = shared.fat_tree.nvswitch(0)
+    assert sorted(shared.graph.nodes[v]["role"] for v in shared.graph.neighbors(sw)) == \
+        ["device"] * 4 + ["leaf"] * 2
+    one_node = build_topology("switched", (8, 1), "nvs", 18)
+    assert not one_node.fat_tree.has_fabric and one_node.link_types() == {"nvs"}
+    with pytest.raises(MissingLinkType):
+        build_topology("switched", (8, 2), "nvs", 18)
+
+
+# ----------------------------------------------------------------------- routing
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_routes_connected_and_minimal_on_every_healthy_kind(data):
+    kind = data.draw(st.sampled_from(list(KINDS)))
+    t = KINDS[kind]()
+    r = Router(t)
+    a = data.draw(st.integers(0, t.n_devices - 1))
+    b = data.draw(st.integers(0, t.n_devices - 1))
+    route = r.route(a, b)
+    node = a
+    for lid in route:
+        assert int(t.link_src[lid]) == node
+        node = int(t.link_dst[lid])
+    assert node == b
+    assert len(route) == nx.shortest_path_length(t.graph, a, b)
+    assert all(v >= t.n_devices for v in r.nodes(a, b)[1:-1]) or t.fat_tree is None
+    assert t.hops(a, b) == len(route)
+
+
+def test_dimension_order_in_3d():
+    t = build_topology("torus3d", (4, 4, 4), "x")
+    nodes = Router(t).nodes(0, 1 + 4 * 2 + 16 * 3)
+    coords = [tuple(t.coords[v]) for v in nodes]
+    assert coords == [(0, 0, 0), (1, 0, 0), (1, 1, 0), (1, 2, 0), (1, 2, 3)]  # z wraps
+
+
+def test_switched_routes_up_down():
+    t = _switched(nodes_per_leaf=2)
+    ft = t.fat_tree
+    r = Router(t)
+    assert r.nodes(0, 3) == [0, ft.nvswitch(0), 3]                          # same node
+    assert r.nodes(1, 5) == [1, ft.device_leaf(1), 5]                       # same rail+leaf
+    far = r.nodes(1, 4 * 5 + 1)                                              # other leaf group
+    assert far[1] == ft.device_leaf(1) and far[2] in ft.spines and len(far) == 5
+    cross_rail = r.nodes(0, 5)                                                # rail 0 -> 1
+    assert cross_rail[2] in ft.spines and len(cross_rail) == 5
+
+
+def test_ecmp_spreads_over_spines_and_avoids_failed_ones():
+    """Destination-mod-k: flows to the nodes of another leaf group take distinct spines."""
+    t = build_topology("switched", (2, 16), "nvs", 18, nic_link="ib", nodes_per_leaf=8)
+    ft = t.fat_tree
+    r = Router(t)
+    src = [2 * k for k in range(8)]          # GPU 0 of nodes 0..7 (leaf group 0)
+    dst = [2 * (k + 8) for k in range(8)]    # GPU 0 of nodes 8..15 (leaf group 1)
+    used = [r.nodes(a, b)[2] for a, b in zip(src, dst, strict=True)]
+    assert sorted(used) == sorted(ft.spines)  # every spine once: no up-link carries two
+    leaf = ft.device_leaf(0)
+    r.fail_edge(leaf, ft.spines[0])
+    used = [r.nodes(a, b)[2] for a, b in zip(src, dst, strict=True)]
+    assert ft.spines[0] not in used and len(set(used)) == 7
+
+
+def test_failed_nic_detours_without_relaying_through_gpus_when_possible():
+    t = _switched(nics_per_node=2)
+    ft = t.fat_tree
+    r = Router(t)
+    leaf = ft.leaf(0, 0)
+    r.fail_edge(ft.nvswitch(0), leaf)
+    path = r.nodes(0, 4)
+    assert all(v >= t.n_devices for v in path[1:-1])
+    assert ft.leaf(1, 0) in path
+
+
+# ----------------------------------------------------------------------- placement
+@pytest.mark.parametrize("kind, shape, tp", [
+    ("torus2d", (8, 8), 8), ("torus2d", (8, 8), 4), ("mesh2d", (8, 8), 8),
+    ("mesh2d", (8, 8), 4), ("mesh2d", (4, 4), 2), ("torus3d", (4, 4, 4), 8),
+    ("ring", (16,), 2)])
+def test_default_placement_keeps_tp_rings_one_hop(kind, shape, tp):
+    t = build_topology(kind, shape, "x")
+    n = t.n_devices
+    lay = Layout(t, n // tp, 1, tp)
+    assert sorted(lay.device.tolist()) == list(range(n))
+    hops = lay.hops_per_group(Router(t))
+    assert hops["tp"] == 1.0
+    spread = Layout(t, n // tp, 1, tp, "spread").hops_per_group(Router(t))
+    assert spread["tp"] >= 1.0
+    if kind == "mesh2d":  # TP peers n/tp apart: a line whose ring walks back
+        assert spread["tp"] > 1.0
+
+
+def test_default_placement_on_switched_and_dragonfly():
+    sw = _switched()
+    lay = Layout(sw, 6, 1, 4)
+    r = Router(sw)
+    for g in range(6):
+        devs = lay.group_devices("tp", g)
+        assert len({d // 4 for d in devs}) == 1             # one node
+    assert lay.hops_per_group(r)["tp"] == 2.0                # GPU - NVSwitch - GPU
+    dp = lay.group_devices("dp", 0)
+    assert len({d % 4 for d in dp}) == 1                     # DP peers on one rail
+    df = KINDS["dragonfly2d"]()
+    lay = Layout(df, 12, 1, 2)
+    assert lay.hops_per_group(Router(df))["tp"] == 1.0
+    assert all(len({d // 4 for d in lay.group_devices("tp", g)}) == 1 for g in range(12))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_hops_per_group_equals_brute_force(kind, placement):
+    """Layout.hops_per_group against routing every ring edge of every group by hand."""
+    t = KINDS[kind]()
+    n = t.n_devices
+    tp = 2 if n % 2 == 0 else 1
+    pp = 3 if (n // tp) % 3 == 0 else 1
+    lay = Layout(t, n // (tp * pp), pp, tp, placement, algorithms={"tp": "ring", "dp": "ring"})
+    r = Router(t)
+    got = lay.hops_per_group(r)
+    for kind_, count in (("tp", lay.dp * lay.pp), ("dp", lay.pp * lay.tp)):
+        h = []
+        for g in range(count):
+            ring = lay.group_devices(kind_, g)
+            assert sorted(ring.tolist()) == sorted(lay.device[lay.group_ranks(kind_, g)].tolist())
+            if len(ring) > 1:
+                h += [r.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
+                                                             strict=True)]
+        assert got[kind_] == pytest.approx(np.mean(h) if h else 0.0)
+    if pp > 1:
+        rk = np.arange(lay.world)
+        d, p, tt = lay.coords(rk)
+        m = p < pp - 1
+        h = [r.hops(int(lay.device[a]), int(lay.device[b]))
+             for a, b in zip(rk[m], lay.rank(d[m], p[m] + 1, tt[m]), strict=True)]
+        assert got["pp"] == pytest.approx(np.mean(h))
+
+
+def test_grid_cycle_is_hamiltonian_in_3d():
+    cells = grid_cycle((2, 3, 4))
+    assert len(set(cells)) == 24
+    for a, b in zip(cells, cells[1:] + cells[:1], strict=True):
+        assert sum(abs(x - y) for x, y in zip(a, b, strict=True)) == 1
+
+
+def test_dor_link_load_matches_router():
+    """The closed-form load count used to choose placements equals routing with Router."""
+    rng = np.random.default_rng(5)
+    for kind, shape in (("torus2d", (5, 4)), ("mesh2d", (4, 6)), ("torus3d", (3, 2, 4))):
+        t = build_topology(kind, shape, "x")
+        a = rng.integers(0, t.n_devices, 50)
+        b = rng.integers(0, t.n_devices, 50)
+        r = Router(t)
+        counts = np.zeros(t.n_links, dtype=int)
+        for x, y in zip(a, b, strict=True):
+            for lid in r.route(int(x), int(y)):
+                counts[lid] += 1
+        load, total = dor_link_load(t.dims, t.wrap, t.coords[a], t.coords[b])
+        assert total == counts.sum()
+        if all(s > 2 for s in t.dims):  # size-2 wraps double one edge instead of two links
+            assert load == counts.max()
+
+
+# ----------------------------------------------------------------------- end to end
+@pytest.mark.parametrize("name, net", [
+    ("dragonfly2d", "flow"), ("dragonfly2d", "packet"), ("ring", "flow"), ("torus3d", "flow"),
+    ("switched", "flow"), ("switched-1node", "flow")])
+def test_scenario_of_each_new_kind_runs_and_conserves_bytes(name, net, tmp_path):
+    from tests.conftest import ROOT
+    from twin.build import build
+    from twin.run import run
+    from twin.scenario import load_scenario
+
+    over = [f"network.model={net}", "network.packet_kib=4096", "workload.seq_len=256",
+            "trace.enabled=false"]
+    if name == "switched-1node":
+        name, over = "switched", [*over, "cluster.topology.shape=[8, 1]",
+                                  "workload.parallelism.dp=2"]
+    scen = load_scenario(ROOT / "scenarios" / f"{name}.yaml", over)
+    model = build(scen)
+    assert model.topo.link_types() <= set(scen.cluster.link_specs())  # every type is mapped
+    s = run(scen).summary
+    assert s["iteration_time_s"] > 0 and s["bytes_sent"] > 0
+    assert s["bytes_sent"] == pytest.approx(s["bytes_received"], rel=1e-12)
+    assert s["hops_per_ring_edge"]["tp"] == (2.0 if name == "switched" else 1.0)
+
+
+# ----------------------------------------------------------------------- scenario fields
+@pytest.mark.parametrize("cluster, path, words", [
+    ({"topology": {"kind": "switched", "shape": [8, 2]}}, "cluster.nic_link", "required"),
+    ({"nic_link": "ib-ndr400-port"}, "cluster.nic_link", "only used by kind switched"),
+    ({"global_link": "ib-ndr400"}, "cluster.global_link", "only used by kind dragonfly2d"),
+    ({"topology": {"kind": "torus2d", "shape": [4, 2], "nics_per_node": 2}},
+     "cluster.topology.nics_per_node", "only used by kind switched"),
+    ({"topology": {"kind": "switched", "shape": [2, 4], "nics_per_node": 4},
+      "nic_link": "ib-ndr400-port"}, "cluster.topology.nics_per_node", "more NICs"),
+    ({"topology": {"kind": "torus3d", "shape": [2, 4]}}, "cluster.topology", "shape of 3"),
+    ({"topology": {"kind": "ring", "shape": [4, 2]}}, "cluster.topology", "shape of 1"),
+    ({"topology": {"kind": "hypercube", "shape": [8]}}, "cluster.topology.kind", "switched"),
+    ({"link": {"base": "nvlink4", "bandwidth_gbps": 30}, "global_link": "nvlink4",
+      "topology": {"kind": "dragonfly2d", "shape": [4, 2]}}, "cluster.global_link.name",
+     "differs"),
+])
+def test_topology_fields_are_validated_with_field_names(cluster, path, words):
+    from tests.conftest import scenario_dict
+    from twin.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    raw = scenario_dict()
+    raw["cluster"].update(cluster)
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(raw)
+    hits = [p for p in exc.value.problems if p.path == path]
+    assert hits, [str(p) for p in exc.value.problems]
+    assert words in str(hits[0])

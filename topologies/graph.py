@@ -1,33 +1,95 @@
 """The device graph of a cluster and its directed links.
 
 A :class:`Topology` wraps an undirected NetworkX graph whose nodes ``0..n_devices-1`` are
-accelerators (other node ids, if any, are switches) and whose edges carry:
+accelerators and whose other nodes (ids ``>= n_devices``) are switches. Every edge carries:
 
-* ``link``: the catalog link type name,
+* ``link``: the catalog name of its link type (a key of the fabric's ``link_specs``),
 * ``count``: physical links bundled on the edge (``links_per_edge`` x wrap multiplicity),
-* ``dim``: the grid dimension of the edge (``-1`` when not a grid edge).
+* ``dim``: the grid dimension of the edge (``-1`` when the edge is not along a dimension),
+* ``tier``: what the edge is (``grid``, ``local``, ``global``, ``nvlink``, ``nic``, ``spine``).
 
 Every undirected edge ``{u, v}`` becomes two directed links with integer ids; capacities and
 latencies live in NumPy arrays indexed by link id so the network engine can work on arrays.
+
+Wiring of each kind (``shape`` as in :mod:`topologies.spec`):
+
+* ``torus2d [X, Y]`` / ``mesh2d [X, Y]`` / ``torus3d [X, Y, Z]``: device
+  ``d = x + X*y (+ X*Y*z)``; an edge joins devices one step apart along one dimension; a
+  torus also joins the last and first device of every line (for a line of 2 the wrap edge
+  doubles the ``count`` of the single edge). Every edge has type ``link``, ``count``
+  ``links_per_edge`` and ``dim`` = its dimension. Mesh corner / edge nodes have 2 / 3 links.
+* ``ring [N]``: a 1-D torus, device ``d`` at ``(d, 0)``.
+* ``dragonfly2d [A, G]``: ``G`` groups of ``A`` devices (the devices are the routers, as in a
+  direct network); device ``(a, g)`` is ``a + A*g``.
+  - *local* edges: every two devices of a group are joined (complete graph ``K_A``), type
+    ``link``, ``dim`` 0;
+  - *global* edges: every two groups ``i < j`` are joined by exactly one edge, from device
+    ``((j - 1) mod A, i)`` to device ``(i mod A, j)``: group ``g`` numbers its ``G - 1``
+    global ports ``k = 0..G-2`` towards groups ``0..g-1, g+1..G-1`` in order and deals port
+    ``k`` to its device ``k mod A``. Type ``global_link`` (default ``link``), ``count``
+    ``global_links_per_edge`` (default ``links_per_edge``), ``dim`` 1.
+  Every device therefore has ``A - 1`` local and ``floor`` or ``ceil((G - 1) / A)`` global
+  links, and every two groups are one global hop apart (diameter 3: local, global, local).
+* ``switched [G, N]``: ``N`` nodes of ``G`` GPUs; GPU ``g`` of node ``k`` is device
+  ``g + G*k`` at ``(g, k)``.
+  - inside a node (``G >= 2``) every GPU has one edge to the node's NVSwitch (one switch
+    node, non-blocking), type ``link``, ``count`` ``links_per_edge`` (18 NVLink4 links of an
+    H100 give its 450 GB/s); two GPUs of a node are two hops apart;
+  - between nodes (``N >= 2``), an InfiniBand two-level fat-tree (leaf-spine folded Clos) of
+    ``nic_link`` edges, ``count`` 1. A node has ``R = nics_per_node`` NICs (default ``G``), NIC
+    ``r`` on *rail* ``r``. With ``R = G`` (rail-optimized, as in DGX SuperPOD) GPU ``g`` owns
+    NIC ``g``, which sits on the GPU: edge GPU - leaf. With ``R < G`` the NICs sit on the
+    node's NVSwitch and GPU ``g`` uses NIC ``g*R // G``: ``R`` edges NVSwitch - leaf per node.
+    Each rail has ``ceil(N / nodes_per_leaf)`` leaves (*leaf groups*; ``nodes_per_leaf``
+    default ``N``), leaf group ``b`` serving nodes ``b*nodes_per_leaf ...``. When there is more
+    than one leaf, ``S = ceil(h / oversubscription)`` spines (``h = min(nodes_per_leaf, N)``
+    hosts per leaf) and every leaf has one edge to every spine: ``oversubscription`` 1 gives
+    full bisection (as many up-links as down-links per leaf). Spine radix is not limited.
+  Switch ids: NVSwitches ``n .. n+N-1`` (node order), then leaves (rail-major), then spines;
+  :class:`FatTree` (``Topology.fat_tree``) tells which is which.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
 
 import networkx as nx
 import numpy as np
 
+from topologies.spec import KINDS, SHAPE_ARITY
+
+
+class MissingLinkType(ValueError):
+    """A topology kind needs a link type that was not given (e.g. ``nic_link`` for switched)."""
+
 
 @dataclass
 class Topology:
-    """A built topology: graph, coordinates and the directed-link table."""
+    """A built topology: graph, device coordinates and the directed-link table.
+
+    Attributes:
+        kind: topology kind.
+        shape: the scenario's shape.
+        graph: devices ``0..n_devices-1`` and switches ``n_devices..``.
+        n_devices: number of accelerators.
+        coords: ``(n_devices, ndim)`` integer coordinates, ``ndim >= 2``.
+        dims: sizes of the grid dimensions dimension-order routing walks (None: not a grid).
+        wrap: whether grid dimensions wrap around (torus, ring).
+        info: kind-specific facts (``dragonfly2d``: ``group_size``, ``groups``).
+        fat_tree: the switches of a ``switched`` cluster (None for other kinds).
+    """
 
     kind: str
     shape: tuple[int, ...]
     graph: nx.Graph
     n_devices: int
-    coords: np.ndarray  # (n_devices, ndim) integer coordinates
+    coords: np.ndarray
+    dims: tuple[int, ...] | None = None
+    wrap: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    fat_tree: FatTree | None = None
     link_src: np.ndarray = field(init=False)
     link_dst: np.ndarray = field(init=False)
     link_ids: dict[tuple[int, int], int] = field(init=False)
@@ -50,6 +112,11 @@ class Topology:
         """Number of directed links."""
         return len(self.link_src)
 
+    @property
+    def n_nodes(self) -> int:
+        """Devices plus switches."""
+        return self.graph.number_of_nodes()
+
     def link_id(self, u: int, v: int) -> int:
         """Id of the directed link ``u -> v`` (KeyError when there is no such edge)."""
         return self.link_ids[(u, v)]
@@ -58,21 +125,118 @@ class Topology:
         """Attribute ``name`` of the undirected edge under directed link ``link``."""
         return self.graph.edges[int(self.link_src[link]), int(self.link_dst[link])][name]
 
+    def link_types(self) -> set[str]:
+        """Catalog names of the link types on the edges."""
+        return {d["link"] for _u, _v, d in self.graph.edges(data=True)}
+
+    def hops(self, a: int, b: int) -> int:
+        """Route hops from device ``a`` to ``b`` on the healthy topology (the router's)."""
+        if self.dims is not None:
+            d = np.abs(self.coords[a] - self.coords[b])
+            if self.wrap:
+                d = np.minimum(d, np.asarray(self.dims) - d)
+            return int(d.sum())
+        router = self.__dict__.get("_router")
+        if router is None:
+            from topologies.routing import Router
+
+            router = self.__dict__["_router"] = Router(self)
+        return router.hops(int(a), int(b))
+
     def degree(self) -> np.ndarray:
         """Number of neighbours of each device (mesh edges and corners have fewer)."""
         return np.array([self.graph.degree(d) for d in range(self.n_devices)], dtype=np.int64)
 
+    def link_degree(self) -> np.ndarray:
+        """Physical links at each device (sum of ``count`` over its edges)."""
+        return np.array([sum(d["count"] for _u, _v, d in self.graph.edges(dev, data=True))
+                         for dev in range(self.n_devices)], dtype=np.int64)
 
-def _grid(kind: str, shape: tuple[int, ...], link: str, links_per_edge: int) -> Topology:
-    """2D (or n-D) torus or mesh. Device id = x + X*y (+ X*Y*z ...)."""
-    wrap = kind.startswith("torus")
-    dims = tuple(int(n) for n in shape)
+
+@dataclass(frozen=True)
+class FatTree:
+    """The switches of a ``switched`` cluster (ids are graph node ids).
+
+    Attributes:
+        gpus_per_node: GPUs per node (``G``).
+        nodes: number of nodes (``N``).
+        rails: NICs per node (``R``), one per rail.
+        per_gpu_nics: NIC ``g`` sits on GPU ``g`` (``R = G``); else on the NVSwitch.
+        hosts_per_leaf: nodes per leaf.
+        nvswitches: NVSwitch of each node (empty when ``G = 1``).
+        leaves: ``(rails, leaf_groups)`` leaf ids (empty without an inter-node fabric).
+        spines: spine ids (empty with a single leaf).
+        oversubscription: leaf down-links per up-link.
+    """
+
+    gpus_per_node: int
+    nodes: int
+    rails: int
+    per_gpu_nics: bool
+    hosts_per_leaf: int
+    nvswitches: tuple[int, ...]
+    leaves: np.ndarray
+    spines: tuple[int, ...]
+    oversubscription: float
+
+    @property
+    def has_fabric(self) -> bool:
+        """Whether nodes are joined by an InfiniBand fabric (more than one node)."""
+        return self.leaves.size > 0
+
+    @property
+    def leaf_groups(self) -> int:
+        """Leaves per rail."""
+        return int(self.leaves.shape[1]) if self.has_fabric else 0
+
+    def node_of(self, device: int) -> int:
+        """Node of a device."""
+        return int(device) // self.gpus_per_node
+
+    def rail_of(self, device: int) -> int:
+        """Rail (NIC index in its node) a device's inter-node traffic uses."""
+        g = int(device) % self.gpus_per_node
+        return g if self.per_gpu_nics else g * self.rails // self.gpus_per_node
+
+    def leaf_group(self, node: int) -> int:
+        """Leaf group (which leaf of each rail) of a node."""
+        return int(node) // self.hosts_per_leaf
+
+    def leaf(self, rail: int, group: int) -> int:
+        """Id of the leaf of ``rail`` serving leaf group ``group``."""
+        return int(self.leaves[rail, group])
+
+    def nvswitch(self, node: int) -> int:
+        """Id of a node's NVSwitch (KeyError-like IndexError when ``G = 1``)."""
+        return self.nvswitches[int(node)]
+
+    def nic_end(self, device: int) -> int:
+        """Graph node the device's NIC hangs on (the GPU itself, or its NVSwitch)."""
+        if self.per_gpu_nics or not self.nvswitches:
+            return int(device)
+        return self.nvswitch(self.node_of(device))
+
+    def device_leaf(self, device: int) -> int:
+        """Leaf the device's inter-node traffic enters."""
+        return self.leaf(self.rail_of(device), self.leaf_group(self.node_of(device)))
+
+
+def _add(g: nx.Graph, u: int, v: int, link: str, count: int, dim: int, tier: str) -> None:
+    if g.has_edge(u, v):  # a line of 2 on a torus: the wrap link doubles the edge
+        g.edges[u, v]["count"] += count
+    else:
+        g.add_edge(u, v, link=link, count=count, dim=dim, tier=tier)
+
+
+def _grid(kind: str, shape: tuple[int, ...], dims: tuple[int, ...], wrap: bool, link: str,
+          links_per_edge: int) -> Topology:
+    """n-D torus or mesh over ``dims``. Device id = x + X*y (+ X*Y*z ...)."""
     n = int(np.prod(dims))
     coords = np.array(np.unravel_index(np.arange(n), dims[::-1])).T[:, ::-1]  # (x, y, ...)
     strides = np.cumprod((1, *dims[:-1]))
     g = nx.Graph()
     for d in range(n):
-        g.add_node(d, coord=tuple(int(c) for c in coords[d]))
+        g.add_node(d, coord=tuple(int(c) for c in coords[d]), role="device")
     for d in range(n):
         for k, size in enumerate(dims):
             c = coords[d, k]
@@ -83,25 +247,126 @@ def _grid(kind: str, shape: tuple[int, ...], link: str, links_per_edge: int) -> 
             else:
                 continue
             nb = int(nb)
-            if nb == d:
-                continue
-            if g.has_edge(d, nb):  # size-2 ring: the wrap link doubles the edge
-                g.edges[d, nb]["count"] += links_per_edge
+            if nb != d:
+                _add(g, d, nb, link, links_per_edge, k, "grid")
+    return Topology(kind=kind, shape=tuple(shape), graph=g, n_devices=n, coords=coords,
+                    dims=tuple(dims), wrap=wrap)
+
+
+def dragonfly_port_device(group: int, other: int, a: int) -> int:
+    """Local index of the device of ``group`` holding the global edge to group ``other``."""
+    port = other if other < group else other - 1
+    return port % a
+
+
+def _dragonfly(shape: tuple[int, ...], link: str, global_link: str, links_per_edge: int,
+               global_links_per_edge: int) -> Topology:
+    a, groups = (int(s) for s in shape)
+    n = a * groups
+    coords = np.stack([np.arange(n) % a, np.arange(n) // a], axis=1)
+    g = nx.Graph()
+    for d in range(n):
+        g.add_node(d, coord=(int(coords[d, 0]), int(coords[d, 1])), role="device")
+    for grp in range(groups):
+        for i in range(a):
+            for j in range(i + 1, a):
+                _add(g, i + a * grp, j + a * grp, link, links_per_edge, 0, "local")
+    for i in range(groups):
+        for j in range(i + 1, groups):
+            u = dragonfly_port_device(i, j, a) + a * i
+            v = dragonfly_port_device(j, i, a) + a * j
+            _add(g, u, v, global_link, global_links_per_edge, 1, "global")
+    return Topology(kind="dragonfly2d", shape=(a, groups), graph=g, n_devices=n, coords=coords,
+                    info={"group_size": a, "groups": groups})
+
+
+def _switched(shape: tuple[int, ...], link: str, nic_link: str | None, links_per_edge: int,
+              nics_per_node: int | None, nodes_per_leaf: int | None,
+              oversubscription: float) -> Topology:
+    gpn, nodes = (int(s) for s in shape)
+    n = gpn * nodes
+    coords = np.stack([np.arange(n) % gpn, np.arange(n) // gpn], axis=1)
+    g = nx.Graph()
+    for d in range(n):
+        g.add_node(d, coord=(int(coords[d, 0]), int(coords[d, 1])), role="device")
+    nxt = n
+    nvswitches: list[int] = []
+    if gpn >= 2:
+        for k in range(nodes):
+            g.add_node(nxt, role="nvswitch", node=k)
+            for gi in range(gpn):
+                _add(g, gi + gpn * k, nxt, link, links_per_edge, -1, "nvlink")
+            nvswitches.append(nxt)
+            nxt += 1
+    rails = min(nics_per_node or gpn, gpn)
+    hosts = min(nodes_per_leaf or nodes, nodes)
+    groups = ceil(nodes / hosts) if nodes > 1 else 0
+    leaves = np.arange(nxt, nxt + rails * groups, dtype=np.int64).reshape(rails, groups)
+    nxt += leaves.size
+    spines: list[int] = []
+    if leaves.size > 1:
+        spines = list(range(nxt, nxt + max(1, ceil(hosts / oversubscription - 1e-9))))
+    ft = FatTree(gpn, nodes, rails, rails == gpn, hosts, tuple(nvswitches), leaves,
+                 tuple(spines), oversubscription)
+    if ft.has_fabric:
+        if nic_link is None:
+            raise MissingLinkType("build_topology('switched') of several nodes got no nic_link "
+                                  "(the InfiniBand link type between nodes); callers building "
+                                  "from a scenario pass ClusterSpec.topology_options()")
+        for leaf in leaves.ravel():
+            g.add_node(int(leaf), role="leaf")
+        for k in range(nodes):
+            if ft.per_gpu_nics or not nvswitches:
+                for gi in range(gpn):
+                    d = gi + gpn * k
+                    _add(g, d, ft.device_leaf(d), nic_link, 1, -1, "nic")
             else:
-                g.add_edge(d, nb, link=link, count=links_per_edge, dim=k)
-    return Topology(kind=kind, shape=dims, graph=g, n_devices=n, coords=coords)
+                for r in range(rails):
+                    _add(g, ft.nvswitch(k), ft.leaf(r, ft.leaf_group(k)), nic_link, 1, -1, "nic")
+        for s in spines:
+            g.add_node(s, role="spine")
+            for leaf in leaves.ravel():
+                _add(g, int(leaf), s, nic_link, 1, -1, "spine")
+    return Topology(kind="switched", shape=(gpn, nodes), graph=g, n_devices=n, coords=coords,
+                    fat_tree=ft)
 
 
-def build_topology(kind: str, shape: tuple[int, ...], link: str,
-                   links_per_edge: int = 1) -> Topology:
-    """Build the graph of a topology kind (``torus2d`` or ``mesh2d``).
+def build_topology(kind: str, shape: tuple[int, ...], link: str, links_per_edge: int = 1, *,
+                   nic_link: str | None = None, global_link: str | None = None,
+                   global_links_per_edge: int | None = None, nics_per_node: int | None = None,
+                   nodes_per_leaf: int | None = None,
+                   oversubscription: float | None = None) -> Topology:
+    """Build the graph of a topology kind (wiring in the module docstring).
 
     Args:
-        kind: topology kind.
-        shape: devices per dimension.
-        link: catalog name of the link type on every edge.
-        links_per_edge: physical links bundled on each edge.
+        kind: ``torus2d``, ``mesh2d``, ``dragonfly2d``, ``ring``, ``torus3d`` or ``switched``.
+        shape: devices per dimension (see :mod:`topologies.spec`).
+        link: catalog name of the grid / intra-group / GPU-NVSwitch link type.
+        links_per_edge: physical links bundled on each ``link`` edge.
+        nic_link: catalog name of the InfiniBand link type (``switched`` with several nodes).
+        global_link: catalog name of the dragonfly global links (default: ``link``).
+        global_links_per_edge: links per dragonfly global edge (default: ``links_per_edge``).
+        nics_per_node: NICs per node (``switched``; default one per GPU).
+        nodes_per_leaf: nodes per leaf switch (``switched``; default all nodes).
+        oversubscription: leaf down-links per up-link (``switched``; default 1 = full
+            bisection).
+
+    Raises:
+        MissingLinkType: ``switched`` with several nodes and no ``nic_link``.
+        ValueError: unknown kind or wrong shape arity (the schema rejects these earlier).
     """
-    if kind in ("torus2d", "mesh2d"):
-        return _grid(kind, tuple(shape), link, links_per_edge)
-    raise ValueError(f"unknown topology kind {kind!r}")  # schema rejects this earlier
+    shape = tuple(int(s) for s in shape)
+    want = SHAPE_ARITY.get(kind)
+    if want is None:
+        raise ValueError(f"unknown topology kind {kind!r}; allowed: {', '.join(KINDS)}")
+    if len(shape) != want or min(shape, default=0) < 1:
+        raise ValueError(f"{kind} takes a shape of {want} integers >= 1, got {list(shape)}")
+    if kind in ("torus2d", "mesh2d", "torus3d"):
+        return _grid(kind, shape, shape, kind.startswith("torus"), link, links_per_edge)
+    if kind == "ring":
+        return _grid(kind, shape, (shape[0], 1), True, link, links_per_edge)
+    if kind == "dragonfly2d":
+        return _dragonfly(shape, link, global_link or link, links_per_edge,
+                          global_links_per_edge or links_per_edge)
+    return _switched(shape, link, nic_link, links_per_edge, nics_per_node, nodes_per_leaf,
+                     float(oversubscription or 1.0))

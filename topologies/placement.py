@@ -2,24 +2,48 @@
 
 A parallel job has ``dp * pp * tp`` ranks; rank ``r`` has coordinates
 ``(d, p, t) = (r // (pp*tp), (r // tp) % pp, r % tp)`` (tensor-parallel index fastest).
-A placement policy maps ranks to device ids:
+A placement policy maps ranks to device ids: rank ``r`` goes to ``order[r]`` where
 
-* ``snake`` (default): ranks follow a Hamiltonian snake through the grid, so consecutive
-  ranks (a tensor-parallel group, then neighbouring pipeline stages) sit on neighbouring
-  devices;
-* ``row-major``: rank r on device r (x fastest); groups wrap across rows.
+* ``snake`` (default) keeps each tensor-parallel group on neighbouring devices:
+  - grids (``torus2d``, ``mesh2d``, ``torus3d``, ``ring``): the grid is tiled with blocks of
+    ``tp`` devices (sub-rectangles whose sides divide the grid's); a TP group takes a block,
+    its devices in the block's own snake-cycle order (a 2x2 or 2x4 block, or a whole row of
+    a torus, is a ring of 1-hop edges), and consecutive groups (pipeline stages, then
+    replicas) take the blocks in the order of a walk through the block grid: its snake cycle,
+    x fastest, or the last dimension fastest. Among all block shapes and walks the twin takes
+    the one with (1) the fewest hops on the worst TP ring edge, then (2) the least load on the
+    busiest directed link when every TP ring edge, DP ring edge and pipeline edge carries one
+    message (dimension-order routes), then (3) the fewest hops in total. With ``tp = 1`` this
+    is the Hamiltonian snake through the whole grid where one exists (one side even); when
+    ``tp`` does not factor into divisors of the sides, ranks follow the whole-grid snake;
+  - ``switched``: node by node, GPUs in ascending order (rank ``r`` on device ``r``), so TP
+    groups of a size dividing the node stay inside it and the members of a DP group sit on
+    the same GPU index (the same rail) of every node;
+  - ``dragonfly2d``: group by group; inside group ``g`` the device holding the global link
+    from group ``g-1`` first and the one holding the link to group ``g+1`` last, so a ring
+    over all devices crosses each group boundary on a global link.
+* ``row-major``: rank ``r`` on device ``r`` (x fastest); groups wrap across rows.
+* ``spread``: rank ``(d, p, t)`` on device ``t * dp * pp + d * pp + p``: tensor-parallel
+  peers are ``n / tp`` device ids apart (in other rows of a grid, other nodes of a switched
+  cluster): a deliberately bad baseline.
 
-``ring_order`` orders a group of devices into a ring with as few hops per ring edge as the
-grid allows.
+``ring_order`` orders a group of devices into a ring: the better (fewest hops per ring edge,
+then fewest in total) of the order given (rank order) and the order along
+:func:`ring_walk` (the whole-grid snake).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import product
+
 import numpy as np
 
-from topologies.graph import Topology
+from topologies.graph import Topology, dragonfly_port_device
 
-PLACEMENTS = ("snake", "row-major")
+PLACEMENTS = ("snake", "row-major", "spread")
+
+GRID_KINDS = ("torus2d", "mesh2d", "torus3d", "ring")
 
 
 def snake_cycle(nx_: int, ny: int) -> list[tuple[int, int]]:
@@ -45,10 +69,186 @@ def snake_cycle(nx_: int, ny: int) -> list[tuple[int, int]]:
     return cells
 
 
-def device_order(topo: Topology) -> np.ndarray:
-    """Devices of a 2D grid in snake-cycle order."""
-    nx_, ny = topo.shape
-    return np.array([x + nx_ * y for x, y in snake_cycle(nx_, ny)], dtype=np.int64)
+def boustrophedon(dims: Sequence[int]) -> list[tuple[int, ...]]:
+    """A Hamiltonian path through an n-D grid: consecutive cells differ by one step."""
+    if len(dims) == 1:
+        return [(i,) for i in range(dims[0])]
+    sub = boustrophedon(dims[:-1])
+    out: list[tuple[int, ...]] = []
+    for z in range(dims[-1]):
+        out.extend((*c, z) for c in (sub if z % 2 == 0 else sub[::-1]))
+    return out
+
+
+def grid_cycle(dims: Sequence[int]) -> list[tuple[int, ...]]:
+    """Cells of an n-D grid in snake-cycle order (a Hamiltonian cycle where one exists).
+
+    The first dimension is snaked against a boustrophedon path through the others (for 2-D
+    grids this is :func:`snake_cycle`).
+    """
+    dims = [int(d) for d in dims]
+    if len(dims) == 1:
+        return [(i,) for i in range(dims[0])]
+    rows = boustrophedon(dims[1:])
+    return [(i, *rows[j]) for i, j in snake_cycle(dims[0], len(rows))]
+
+
+def _ids(topo: Topology, cells) -> np.ndarray:
+    """Device ids of grid cells (a sequence of coordinate tuples or an (m, ndim) array)."""
+    dims = topo.dims or ()
+    strides = np.cumprod((1, *dims[:-1]))
+    arr = np.asarray(cells, dtype=np.int64).reshape(-1, len(dims))
+    return arr @ strides
+
+
+def grid_distance(dims: Sequence[int], wrap: bool, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Dimension-order hops between coordinates ``a`` and ``b`` (rows of arrays)."""
+    d = np.abs(np.asarray(a) - np.asarray(b))
+    if wrap:
+        d = np.minimum(d, np.asarray(dims) - d)
+    return d.sum(axis=-1)
+
+
+def _blocks(dims: Sequence[int], tp: int) -> list[tuple[int, ...]]:
+    """Block sides ``b`` with ``b_k | dims_k`` and ``prod(b) = tp``."""
+    return [sh for sh in product(*[[f for f in range(1, s + 1) if s % f == 0] for s in dims])
+            if int(np.prod(sh)) == tp]
+
+
+def _outer_orders(outer: Sequence[int]) -> list[list[tuple[int, ...]]]:
+    """Ways to visit the block grid: its snake cycle, x fastest, last dimension fastest."""
+    cells = list(product(*[range(q) for q in outer]))          # last dimension fastest
+    x_fast = sorted(cells, key=lambda c: c[::-1])
+    out = [grid_cycle(outer), x_fast, cells]
+    uniq: list[list[tuple[int, ...]]] = []
+    for o in out:
+        if o not in uniq:
+            uniq.append(o)
+    return uniq
+
+
+def dor_link_load(dims: Sequence[int], wrap: bool, a: np.ndarray,
+                  b: np.ndarray) -> tuple[int, int]:
+    """Busiest directed link and total hops when every pair ``a[i] -> b[i]`` (coordinates)
+    sends one message along its dimension-order route (the router's, closed form)."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    ndim = len(dims)
+    strides = np.cumprod((1, *dims[:-1]))
+    cur = a.copy()
+    keys = []
+    for k, size in enumerate(dims):
+        delta = b[:, k] - cur[:, k]
+        if wrap:
+            fwd = delta % size
+            go_fwd = fwd <= size - fwd
+            cnt = np.where(go_fwd, fwd, size - fwd)
+            step = np.where(go_fwd, 1, -1)
+        else:
+            cnt = np.abs(delta)
+            step = np.sign(delta)
+        total = int(cnt.sum())
+        if total:
+            idx = np.repeat(np.arange(len(a)), cnt)
+            j = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            pos = (cur[idx, k] + step[idx] * j) % size
+            node = (cur[idx] @ strides) + (pos - cur[idx, k]) * strides[k]
+            keys.append(node * 2 * ndim + 2 * k + (step[idx] > 0))
+        cur[:, k] = b[:, k]
+    if not keys:
+        return 0, 0
+    allk = np.concatenate(keys)
+    return int(np.bincount(allk).max()), len(allk)
+
+
+def _ring_edges(dp: int, pp: int, tp: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(sender rank, receiver rank) of the TP rings, DP rings and pipeline sends."""
+    r = np.arange(dp * pp * tp).reshape(dp, pp, tp)
+    tp_e = (r.ravel(), np.roll(r, -1, axis=2).ravel()) if tp > 1 else (r[:0].ravel(),) * 2
+    dp_e = (r.ravel(), np.roll(r, -1, axis=0).ravel()) if dp > 1 else (r[:0].ravel(),) * 2
+    pp_e = (r[:, :-1].ravel(), r[:, 1:].ravel())
+    return {"tp": tp_e, "dp": dp_e, "pp": pp_e}
+
+
+def _grid_order(topo: Topology, dp: int, pp: int, tp: int) -> np.ndarray:
+    """The ``snake`` placement on a grid: the best tiling of tp-blocks (see module docs).
+
+    Candidates: every block shape whose sides divide the grid's, visited along the block
+    grid's snake cycle, x fastest or the last dimension fastest, devices inside a block along
+    the block's own snake cycle. Score (lowest wins): worst TP ring edge (hops), busiest
+    directed link when every TP ring, DP ring and pipeline edge sends one message, total hops,
+    then the order of generation (wider blocks, snake first).
+    """
+    dims = tuple(topo.dims or ())
+    edges = _ring_edges(dp, pp, tp)
+    best, best_key = None, None
+    for block in _blocks(dims, tp) or [None]:
+        if block is None:
+            orders = [_ids(topo, grid_cycle(dims))]
+        else:
+            outer = [d // b for d, b in zip(dims, block, strict=True)]
+            inner = np.array(grid_cycle(block), dtype=np.int64)
+            orders = [_ids(topo, np.array(oo, dtype=np.int64)[:, None, :] * np.array(block)
+                           + inner[None, :, :])
+                      for oo in _outer_orders(outer)]
+        for order in orders:
+            c = topo.coords[order]
+            src = np.concatenate([e[0] for e in edges.values()])
+            dst = np.concatenate([e[1] for e in edges.values()])
+            load, total = dor_link_load(dims, topo.wrap, c[src], c[dst])
+            tp_hops = grid_distance(dims, topo.wrap, c[edges["tp"][0]], c[edges["tp"][1]])
+            key = (int(tp_hops.max(initial=0)), load, total)
+            if best_key is None or key < best_key:
+                best, best_key = order, key
+    return best
+
+
+def _switched_order(topo: Topology) -> np.ndarray:
+    gpn, nodes = topo.fat_tree.gpus_per_node, topo.fat_tree.nodes
+    out = []
+    for k in range(nodes):
+        gs = range(gpn) if k % 2 == 0 else range(gpn - 1, -1, -1)
+        out.extend(g + gpn * k for g in gs)
+    return np.array(out, dtype=np.int64)
+
+
+def _dragonfly_order(topo: Topology) -> np.ndarray:
+    a, groups = topo.info["group_size"], topo.info["groups"]
+    out: list[int] = []
+    for g in range(groups):
+        if groups == 1:
+            local = list(range(a))
+        else:
+            entry = dragonfly_port_device(g, (g - 1) % groups, a)
+            exit_ = dragonfly_port_device(g, (g + 1) % groups, a)
+            mid = [i for i in range(a) if i not in (entry, exit_)]
+            local = [entry, *mid] + ([exit_] if exit_ != entry else [])
+        out.extend(i + a * g for i in local)
+    return np.array(out, dtype=np.int64)
+
+
+def device_order(topo: Topology, tp: int = 1, pp: int = 1) -> np.ndarray:
+    """Devices in the order the ``snake`` placement fills them (rank ``r`` on ``order[r]``)
+    for ``tp``-way tensor and ``pp``-way pipeline parallelism (see module docstring)."""
+    if topo.kind in GRID_KINDS:
+        return _grid_order(topo, topo.n_devices // (tp * pp), pp, tp)
+    if topo.kind == "dragonfly2d":
+        return _dragonfly_order(topo)
+    return np.arange(topo.n_devices, dtype=np.int64)  # switched: node by node
+
+
+def ring_walk(topo: Topology) -> np.ndarray:
+    """Every device once, consecutive devices close: the walk :func:`ring_order` sorts by.
+
+    Grids: the whole-grid snake cycle; ``switched``: node by node, GPUs ascending in even and
+    descending in odd nodes (consecutive nodes meet on the same rail); ``dragonfly2d``: the
+    group-by-group order of the ``snake`` placement.
+    """
+    if topo.kind == "switched":
+        return _switched_order(topo)
+    if topo.kind in GRID_KINDS:
+        return _ids(topo, grid_cycle(topo.dims or ()))
+    return device_order(topo)
 
 
 def place(topo: Topology, dp: int, pp: int, tp: int, policy: str = "snake") -> np.ndarray:
@@ -57,21 +257,61 @@ def place(topo: Topology, dp: int, pp: int, tp: int, policy: str = "snake") -> n
     if n != topo.n_devices:
         raise ValueError(f"dp*pp*tp = {n} but the topology has {topo.n_devices} devices")
     if policy == "snake":
-        return device_order(topo)
+        return device_order(topo, tp, pp)
     if policy == "row-major":
         return np.arange(n, dtype=np.int64)
+    if policy == "spread":
+        r = np.arange(n)
+        return (r % tp) * (dp * pp) + r // tp
     raise ValueError(f"unknown placement policy {policy!r}; allowed: {', '.join(PLACEMENTS)}")
+
+
+def hop_distance(topo: Topology, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Route hops between device arrays ``a`` and ``b`` on the healthy topology.
+
+    Grids are measured in closed form (dimension-order distance); other kinds ask the
+    topology's own router (:meth:`Topology.hops`).
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if topo.dims is not None:
+        return grid_distance(topo.dims, topo.wrap, topo.coords[a], topo.coords[b])
+    return np.array([topo.hops(int(x), int(y)) for x, y in zip(a, b, strict=True)],
+                    dtype=np.int64)
 
 
 def ring_order(topo: Topology, devices: np.ndarray) -> np.ndarray:
     """Order ``devices`` into a ring with few hops between consecutive members.
 
-    Members are visited in the snake-cycle order of the whole grid, which for the full grid
-    (or a run of consecutive snake positions) gives one hop per ring edge wherever the grid
-    has a Hamiltonian cycle.
+    Candidates: the order given (callers pass rank order, which follows the placement) and the
+    order along :func:`ring_walk`; the one with the fewest hops on its worst ring edge, then
+    in total, wins (ties: the order given).
     """
-    order = device_order(topo)
-    pos = np.empty(topo.n_devices, dtype=np.int64)
-    pos[order] = np.arange(len(order))
     devices = np.asarray(devices, dtype=np.int64)
-    return devices[np.argsort(pos[devices], kind="stable")]
+    if len(devices) <= 2:
+        return devices
+    pos = topo.__dict__.get("_walk_pos")  # cached on the topology: groups are many
+    if pos is None:
+        order = ring_walk(topo)
+        pos = topo.__dict__["_walk_pos"] = np.empty(topo.n_devices, dtype=np.int64)
+        pos[order] = np.arange(len(order))
+    snake = devices[np.argsort(pos[devices], kind="stable")]
+    best, best_key = devices, None
+    for cand in (devices, snake):
+        h = hop_distance(topo, cand, np.roll(cand, -1))
+        key = (int(h.max()), int(h.sum()))
+        if best_key is None or key < best_key:
+            best, best_key = cand, key
+    return best
+
+
+def ring_hops(topo: Topology, ring: np.ndarray) -> np.ndarray:
+    """Hops of every ring edge ``ring[i] -> ring[i+1]`` (closing edge last)."""
+    ring = np.asarray(ring, dtype=np.int64)
+    if len(ring) < 2:
+        return np.zeros(0, dtype=np.int64)
+    return hop_distance(topo, ring, np.roll(ring, -1))
+
+
+__all__ = ["PLACEMENTS", "boustrophedon", "device_order", "grid_cycle", "hop_distance",
+           "place", "ring_hops", "ring_order", "ring_walk", "snake_cycle"]

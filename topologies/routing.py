@@ -1,9 +1,19 @@
 """Routes over a :class:`~topologies.graph.Topology`.
 
-* Healthy 2D torus / mesh: dimension-order routing (x first, then y); on a torus each
-  dimension goes the shorter way round, ties (exactly half way) go in the + direction.
-* Any other graph, or a grid with failed edges: BFS shortest path on the graph without the
-  failed edges (NetworkX; deterministic for a given graph).
+* Healthy grids (``torus2d``, ``mesh2d``, ``torus3d``, ``ring``): dimension-order routing
+  (x first, then y, then z); on a torus each dimension goes the shorter way round, ties
+  (exactly half way) go in the + direction. These routes are minimal.
+* Healthy ``switched``: up/down routing through the fat-tree. Same node: GPU -> NVSwitch ->
+  GPU. Other node: up to the leaf of the source's rail (NICs on the NVSwitch: through it),
+  over a spine when that is not the leaf of the destination's rail and leaf group, down to
+  the destination (cross-rail traffic goes through a spine, not over NVLink: no PXN). The
+  spine is chosen by deterministic ECMP, *destination mod k* (``spine = spines[dst_node mod
+  S]``, the static d-mod-k routing of InfiniBand fat-trees), so traffic towards different
+  nodes spreads over the spines instead of piling onto one; a spine whose links failed is
+  skipped (the choice is made mod the number of healthy spines).
+* Any other graph (``dragonfly2d``), or a grid with failed edges: BFS shortest path (fewest
+  hops; NetworkX, deterministic for a given graph). On a degraded ``switched`` graph the
+  path avoids relaying through other GPUs when the switches can still connect the pair.
 
 Routes are tuples of directed link ids, cached per (src, dst) until the set of failed edges
 changes.
@@ -23,14 +33,17 @@ class NoRoute(RuntimeError):
 
 
 class Router:
-    """Route cache with dimension-order routing and shortest-path fallback."""
+    """Route cache: dimension-order on grids, up/down ECMP on fat-trees, BFS otherwise."""
 
     def __init__(self, topo: Topology):
         self.topo = topo
         self._cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._failed: set[tuple[int, int]] = set()
         self._degraded: nx.Graph | None = None
-        self._grid = topo.kind in ("torus2d", "mesh2d")
+        self._grid = topo.dims is not None
+        self._strides = [1]
+        for size in (topo.dims or ())[:-1]:
+            self._strides.append(self._strides[-1] * size)
 
     # -- failures ---------------------------------------------------------------------------
     @property
@@ -54,6 +67,9 @@ class Router:
         g.remove_edges_from(self._failed)
         self._degraded = g if self._failed else None
 
+    def _healthy(self, u: int, v: int) -> bool:
+        return (min(u, v), max(u, v)) not in self._failed
+
     # -- routes -----------------------------------------------------------------------------
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed link ids from ``src`` to ``dst`` (empty when ``src == dst``)."""
@@ -68,37 +84,52 @@ class Router:
         """Number of links on the route."""
         return len(self.route(src, dst))
 
+    def nodes(self, src: int, dst: int) -> list[int]:
+        """Graph nodes visited from ``src`` to ``dst`` (devices and switches)."""
+        route = self.route(src, dst)
+        return [src] + [int(self.topo.link_dst[lid]) for lid in route]
+
     def _compute(self, src: int, dst: int) -> tuple[int, ...]:
         if src == dst:
             return ()
+        nodes: list[int] | None = None
         if self._grid and self._degraded is None:
             nodes = self._dimension_order(src, dst)
-        else:
-            g = self._degraded if self._degraded is not None else self.topo.graph
-            try:
-                nodes = nx.shortest_path(g, src, dst)
-            except (nx.NetworkXNoPath, nx.NodeNotFound):
-                raise NoRoute(f"no route from {src} to {dst}: failed edges "
-                              f"{sorted(self._failed)} disconnect them") from None
+        elif self.topo.kind == "switched":
+            nodes = self._up_down(src, dst)
+        if nodes is None:
+            nodes = self._shortest(src, dst)
         ids = self.topo.link_ids
         return tuple(ids[(a, b)] for a, b in pairwise(nodes))
 
+    def _shortest(self, src: int, dst: int) -> list[int]:
+        g = self._degraded if self._degraded is not None else self.topo.graph
+        n = self.topo.n_devices
+        try:
+            if self.topo.kind == "switched":  # do not relay through other GPUs if avoidable
+                view = nx.subgraph_view(g, filter_node=lambda v: v >= n or v in (src, dst))
+                try:
+                    return nx.shortest_path(view, src, dst)
+                except nx.NetworkXNoPath:
+                    pass
+            return nx.shortest_path(g, src, dst)
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
+            raise NoRoute(f"no route from {src} to {dst}: failed edges "
+                          f"{sorted(self._failed)} disconnect them") from None
+
     def _dimension_order(self, src: int, dst: int) -> list[int]:
         topo = self.topo
-        wrap = topo.kind.startswith("torus")
+        dims = topo.dims or ()
         cur = [int(c) for c in topo.coords[src]]
         goal = [int(c) for c in topo.coords[dst]]
-        dims = topo.shape
-        strides = [1]
-        for size in dims[:-1]:
-            strides.append(strides[-1] * size)
+        strides = self._strides
         node = src
         path = [node]
         for k, size in enumerate(dims):
             delta = goal[k] - cur[k]
             if delta == 0:
                 continue
-            if wrap:
+            if topo.wrap:
                 fwd = delta % size
                 step, count = (1, fwd) if fwd <= size - fwd else (-1, size - fwd)
             else:
@@ -108,3 +139,27 @@ class Router:
                 node = sum(c * s for c, s in zip(cur, strides, strict=True))
                 path.append(node)
         return path
+
+    def _up_down(self, src: int, dst: int) -> list[int] | None:
+        """Fat-tree route with d-mod-k spine choice; None when a needed edge has failed."""
+        ft = self.topo.fat_tree
+        n = self.topo.n_devices
+        if ft is None or src >= n or dst >= n:
+            return None  # routes from or to switches: shortest path
+        ks, kd = ft.node_of(src), ft.node_of(dst)
+        if ks == kd:
+            path = [src, ft.nvswitch(ks), dst]
+        else:
+            ls, ld = ft.device_leaf(src), ft.device_leaf(dst)
+            up = [src] if ft.nic_end(src) == src else [src, ft.nic_end(src)]
+            down = [dst] if ft.nic_end(dst) == dst else [ft.nic_end(dst), dst]
+            mid = [ls]
+            if ls != ld:
+                spines = [s for s in ft.spines if self._healthy(ls, s) and self._healthy(s, ld)]
+                if not spines:
+                    return None
+                mid += [spines[kd % len(spines)], ld]
+            path = up + mid + down
+        if all(self._healthy(a, b) for a, b in pairwise(path)):
+            return path
+        return None

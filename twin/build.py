@@ -17,7 +17,7 @@ from twin.scenario import Scenario
 from workloads.feasibility import microbatches
 from workloads.memory import StageMemory, memory_per_stage, optimizer_entry
 from workloads.parallel import Layout
-from workloads.schedules import StageWork, build_program
+from workloads.schedules import COMPUTE, StageWork, build_program
 from workloads.transformer import Block, Kernel, TransformerCosts, grad_bytes_per_element
 
 
@@ -40,9 +40,12 @@ class Model:
 
 
 def uses_symmetry(scen: Scenario) -> bool:
-    """Symmetry is used unless disabled, or something random or faulty tells ranks apart."""
+    """Symmetry is used unless disabled, or something random or faulty tells ranks apart
+    (faults that stop or checkpoint the whole job alike do not)."""
+    from scenarios.faults import breaks_symmetry
+
     sim = scen.simulation
-    return sim.symmetry and sim.compute_jitter_cov == 0 and not scen.faults
+    return sim.symmetry and sim.compute_jitter_cov == 0 and not breaks_symmetry(scen.faults)
 
 
 def stage_blocks(tc: TransformerCosts, params: float) -> dict[str, Block]:
@@ -68,12 +71,14 @@ def build(scen: Scenario) -> Model:
     """Topology, layout, programs and costs of ``scen``."""
     cl, w = scen.cluster, scen.workload
     par = w.parallelism
-    topo = build_topology(cl.topology.kind, cl.topology.shape, cl.link.name, cl.links_per_edge)
+    topo = build_topology(cl.topology.kind, cl.topology.shape, cl.link.name,
+                          cl.links_per_edge, **cl.topology_options())
     router = Router(topo)
     symmetric = uses_symmetry(scen)
-    layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric)
+    layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric,
+                    algorithms=scen.network.algorithms)
     tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, par.tp,
-                          w.sequence_parallel, w.recompute)
+                          w.sequence_parallel, w.recompute, w.attention)
     m = microbatches(w)
     mem = memory_per_stage(tc, par.pp, m, w.schedule, w.virtual_stages, par.dp)
     pj = cl.device.hbm_pj_per_bit
@@ -105,6 +110,12 @@ def model_flops_per_iteration(model: Model) -> float:
     """Model FLOPs (GEMM and attention, no recomputation) of one iteration, whole job."""
     w = model.scenario.workload
     return model.costs.model_flops_per_microbatch() * model.microbatches * w.parallelism.dp
+
+
+def stage_compute_blocks(model: Model) -> dict[int, list[Block]]:
+    """Compute blocks one rank of each stage runs per iteration, in program order."""
+    return {s: [model.blocks[s][ins[1]] for ins in prog if ins[0] == COMPUTE]
+            for s, prog in model.programs.items()}
 
 
 def class_sizes(model: Model) -> np.ndarray:

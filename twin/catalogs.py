@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import devices
+import scenarios
 import workloads
 from twin.catalog import Catalog
 
@@ -19,12 +20,15 @@ _DIRS: dict[str, Path] = {
     "links": Path(devices.__file__).parent / "catalog" / "links",
     "hbm": Path(devices.__file__).parent / "catalog" / "hbm",
     "models": Path(workloads.__file__).parent / "catalog" / "models",
+    "failures": Path(scenarios.__file__).parent / "catalog" / "failures",
 }
 
 #: Scenario fields that may hold a catalog name instead of an inline spec.
 REFERENCES: dict[str, str] = {
     "cluster.device": "devices",
     "cluster.link": "links",
+    "cluster.nic_link": "links",
+    "cluster.global_link": "links",
     "workload.model": "models",
 }
 

@@ -142,10 +142,11 @@ class CheckCommand(Command):
 
 class CatalogCommand(Command):
     name = "catalog"
-    help = "list catalog entries (devices, links, models, hbm)"
+    help = "list catalog entries (devices, links, models, hbm, failures)"
 
     def add_arguments(self, p):
-        p.add_argument("kind", nargs="?", choices=["devices", "links", "models", "hbm"],
+        p.add_argument("kind", nargs="?",
+                       choices=["devices", "links", "models", "hbm", "failures"],
                        help="which catalog (default: all)")
 
     def run(self, args):
@@ -160,7 +161,66 @@ class CatalogCommand(Command):
         return 0
 
 
-COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand()]
+class LimitsCommand(Command):
+    name = "limits"
+    help = "how far a trace is from its roofline, communication and Landauer bounds"
+
+    def add_arguments(self, p):
+        p.add_argument("trace", help="trace file (.h5) with ops and links tables")
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args):
+        from twin.limits import format_limits, limits_from_trace
+
+        path = Path(args.trace)
+        if not path.is_file():
+            raise ScenarioError(f"trace file not found: {path}")
+        try:
+            lim = limits_from_trace(path)
+        except (OSError, KeyError) as exc:
+            raise ScenarioError(f"{path}: cannot compute limits ({exc}); a complete meshtwin "
+                                "trace with its ops and links tables is needed") from None
+        if args.json:
+            print(json.dumps(lim, indent=2))
+        else:
+            print(f"limits of {path} (per iteration; orders of magnitude = log10(actual/bound))")
+            print(format_limits(lim))
+        return 0
+
+
+class ValidateCommand(Command):
+    name = "validate"
+    help = "compare the twin with theory and published figures, printing the error of each"
+
+    def add_arguments(self, p):
+        from twin.validate import CHECKS
+
+        p.add_argument("--only", action="append", choices=sorted(CHECKS),
+                       help="run only these checks (repeatable)")
+        p.add_argument("--csv", help="also write the table as CSV")
+        p.add_argument("--strict", action="store_true",
+                       help="exit 1 if any row misses its target")
+
+    def run(self, args):
+        from twin.validate import format_report, run_checks
+
+        df = run_checks(args.only)
+        print(format_report(df))
+        if args.csv:
+            df.to_csv(args.csv, index=False)
+        return 1 if args.strict and not df["ok"].all() else 0
+
+
+COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand(),
+                           LimitsCommand(), ValidateCommand()]
+
+from experiments.pareto import ParetoCommand  # noqa: E402  (the facade may import anything)
+
+COMMANDS.append(ParetoCommand())
+
+from experiments.campaign import CampaignCommand  # noqa: E402  (the facade may import anything)
+
+COMMANDS.append(CampaignCommand())
 
 
 def parser() -> argparse.ArgumentParser:

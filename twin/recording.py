@@ -15,29 +15,56 @@ MESSAGES_COLUMNS = {"t_start": "float64", "t_end": "float64", "name": "category"
                     "max_hops": "int32", "src": "int32", "dst": "int32"}
 MESSAGES_UNITS = {"t_start": "s", "t_end": "s", "bytes": "B (all pairs, all steps)"}
 POWER_COLUMNS = {"cls": "int32", "t_start": "float64", "t_end": "float64", "watts": "float64",
-                 "state": "category"}
-POWER_UNITS = {"t_start": "s", "t_end": "s", "watts": "W per device"}
+                 "state": "category", "freq_mhz": "float64", "volts": "float64",
+                 "temp_c": "float64"}
+POWER_UNITS = {"t_start": "s", "t_end": "s", "watts": "W per device (board)", "freq_mhz": "MHz",
+               "volts": "V", "temp_c": "C at t_end"}
+TELEMETRY_COLUMNS = {"time_s": "float64", "power_w": "float64", "reading_w": "float64",
+                     "cap_mhz": "float64"}
+TELEMETRY_UNITS = {"time_s": "s", "power_w": "W (cluster, last period)",
+                   "reading_w": "W (delayed reading used)", "cap_mhz": "MHz"}
 
 
 class TraceRecorder(Recorder):
-    """Appends op / power / message rows to the tables enabled in the scenario."""
+    """Appends op / message rows to the tables enabled in the scenario (power rows come from
+    the accelerator agents at the end of the run, see :func:`write_power_tables`)."""
 
     def __init__(self, writer: TraceWriter, tables: set[str]):
         self.ops = writer.table("ops", OPS_COLUMNS, OPS_UNITS) if "ops" in tables else None
         self.msgs = (writer.table("messages", MESSAGES_COLUMNS, MESSAGES_UNITS)
                      if "messages" in tables else None)
-        self.pwr = writer.table("power", POWER_COLUMNS, POWER_UNITS) if "power" in tables else None
 
     def op(self, cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1, flops) -> None:
         if self.ops is not None:
             self.ops.append(cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1, flops)
-
-    def power(self, cls, t0, t1, watts, state) -> None:
-        if self.pwr is not None:
-            self.pwr.append(cls, t0, t1, watts, state)
 
     def message(self, m: MessageRecord) -> None:
         """Fabric callback: one finished phase."""
         if self.msgs is not None:
             self.msgs.append(m.t_start, m.t_end, m.name, m.owner, m.n_pairs, m.steps, m.bytes,
                              m.max_hops, m.src, m.dst)
+
+
+def write_power_tables(writer: TraceWriter, accelerators: list, tables: set[str]) -> None:
+    """The ``power`` table (one row per constant-power segment of each rank class), the
+    ``alerts`` table and, with a cluster power manager, its ``telemetry`` samples (each when
+    listed in ``tables``)."""
+    from devices.power_report import (
+        ALERT_COLUMNS,
+        ALERT_UNITS,
+        power_columns,
+        telemetry_columns,
+    )
+
+    if "power" in tables:
+        writer.table("power", POWER_COLUMNS, POWER_UNITS).extend(power_columns(accelerators))
+    if not accelerators:
+        return
+    setup = accelerators[0].power
+    if "alerts" in tables:
+        t = writer.table("alerts", ALERT_COLUMNS, ALERT_UNITS)
+        for row in setup.alerts or []:
+            t.append(*row)
+    tel = telemetry_columns(setup) if "telemetry" in tables else None
+    if tel is not None:
+        writer.table("telemetry", TELEMETRY_COLUMNS, TELEMETRY_UNITS).extend(tel)

@@ -11,8 +11,5 @@ class Recorder:
            chunk: int, layer: int, t0: float, t1: float, flops: float) -> None:
         """One executed operation of a rank class (times in s, FLOPs per device)."""
 
-    def power(self, cls: int, t0: float, t1: float, watts: float, state: str) -> None:
-        """A segment of constant per-device power of a class (W)."""
-
     def message(self, record) -> None:
         """One finished communication phase (see ``devices.fabric.MessageRecord``)."""

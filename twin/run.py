@@ -16,24 +16,30 @@ import numpy as np
 import twin
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
-from scenarios.faults import inject
-from twin.build import Model, build
+from devices.power import PowerSetup
+from devices.power_manager import ClusterPowerManager
+from scenarios.faults import FaultInjector, checkpoint_policy
+from twin.build import Model, build, stage_compute_blocks
 from twin.engine import Engine
-from twin.recording import TraceRecorder
+from twin.recording import TraceRecorder, write_power_tables
 from twin.records import Recorder
 from twin.rng import RngStreams
 from twin.scenario import Scenario
 from twin.summary import summarize
 from twin.trace import TraceWriter
 from workloads.executor import Executor
+from workloads.job import JobController
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a run returns: the summary (SI units) and where the trace is (None if disabled)."""
+    """What a run returns: the summary (SI units), where the trace is (None if disabled) and
+    the time of every completed iteration (s; from one completion to the next, so a restart
+    lands on the first iteration redone)."""
 
     summary: dict[str, Any]
     trace_path: Path | None
+    iteration_times_s: tuple[float, ...] = ()
 
 
 def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engine, Fabric,
@@ -42,22 +48,38 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
     scen = model.scenario
     env = Engine()
     net = scen.network
-    fabric = Fabric(env, model.topo, model.router, {scen.cluster.link.name: scen.cluster.link},
+    fabric = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
                     model=net.model, packet_bytes=net.packet_kib * 1024,
                     retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink)
     rngs = RngStreams(scen.seed)
     sigma = Accelerator.sigma_for_cov(scen.simulation.compute_jitter_cov)
+    power = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
+                       model.microbatches, model.layout.world)
     accelerators = [Accelerator(env, c, len(ranks), model.compute, recorder, sigma,
-                                rngs.get(f"class/{c}"))
+                                rngs.get(f"class/{c}"), power,
+                                int(model.layout.class_stage[c]))
                     for c, ranks in enumerate(model.layout.classes)]
+    if scen.power.manager.budget_w is not None:
+        power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
+    job = JobController(env, checkpoint_policy(scen.faults), scen.workload.iterations,
+                        network_energy=lambda: float(fabric.link_bytes @ fabric.energy_per_byte))
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
-                        scen.workload.iterations, recorder)
-    fault_rows: list = []
-    for f in scen.faults:
-        env.process(inject(env, fabric, f, fault_rows))
-    env.run(until=env.all_of(executor.procs))
+                        scen.workload.iterations, recorder, job=job)
+    injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
+    if injector.has_tails:
+        executor.before_block = injector.before_block
+    injector.start()
+    # ends when every iteration is done, or when failures cut the job off for good
+    env.run(until=env.any_of([executor.done, injector.stalled]))
     executor.finish(env.now)
-    return env, fabric, executor, fault_rows
+    return env, fabric, executor, injector.table_rows()
+
+
+def iteration_times(ex: Executor) -> tuple[float, ...]:
+    """Time of every completed iteration, s (completion of the slowest class to the next)."""
+    done = min(len(s.iteration_end) for s in ex.stats)
+    ends = np.array([s.iteration_end[:done] for s in ex.stats]).reshape(len(ex.stats), done)
+    return tuple(float(x) for x in np.diff(np.concatenate([[0.0], ends.max(axis=0)])))
 
 
 def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
@@ -72,7 +94,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
     if not scenario.trace.enabled:
         env, fabric, ex, faults = simulate(model, Recorder())
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
-        return RunResult(summary, None)
+        return RunResult(summary, None, iteration_times(ex))
     path = Path(trace_path) if trace_path else scenario.trace_path
     tables = set(scenario.trace.tables)
     with TraceWriter(path, scenario.trace.compression) as writer:
@@ -80,12 +102,13 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         env, fabric, ex, faults = simulate(model, rec, rec.message)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         _static_tables(writer, tables, model, fabric, env.now, faults)
+        write_power_tables(writer, ex.accelerators, tables)
         summary["wall_time_s"] = time.perf_counter() - wall0
         out = writer.finish({
             "twin_version": twin.__version__, "seed": scenario.seed,
             "scenario": scenario.to_yaml(), "summary": summary, "sources": scenario.sources,
         })
-    return RunResult(summary, out)
+    return RunResult(summary, out, iteration_times(ex))
 
 
 def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: Fabric,
@@ -96,16 +119,19 @@ def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: 
         busy = fabric.link_busy_s
         names = [topo.edge_attr(i, "link") for i in range(topo.n_links)]
         dims = [topo.edge_attr(i, "dim") for i in range(topo.n_links)]
+        tiers = [topo.graph.edges[int(topo.link_src[i]), int(topo.link_dst[i])].get("tier", "")
+                 for i in range(topo.n_links)]
         t = writer.table("links", {
             "link": "int32", "src": "int32", "dst": "int32", "type": "category", "dim": "int32",
-            "capacity": "float64", "bytes": "float64", "busy_s": "float64",
+            "tier": "category", "capacity": "float64", "bytes": "float64", "busy_s": "float64",
             "utilization": "float64", "energy_j": "float64"},
             {"capacity": "B/s", "bytes": "B", "busy_s": "s", "utilization": "fraction",
              "energy_j": "J"})
         util = nbytes / (fabric.capacity * makespan) if makespan > 0 else np.zeros_like(nbytes)
         energy = nbytes * fabric.energy_per_byte + fabric.idle_w * makespan
         t.extend({"link": np.arange(topo.n_links), "src": topo.link_src, "dst": topo.link_dst,
-                  "type": names, "dim": dims, "capacity": fabric.capacity, "bytes": nbytes,
+                  "type": names, "dim": dims, "tier": tiers, "capacity": fabric.capacity,
+                  "bytes": nbytes,
                   "busy_s": busy, "utilization": util, "energy_j": energy})
     if "ranks" in tables:
         r = np.arange(lay.world)
@@ -113,11 +139,12 @@ def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: 
         dev = lay.device
         coords = topo.coords[dev]
         deg = topo.degree()[dev]
+        z = coords[:, 2] if coords.shape[1] > 2 else np.zeros(len(dev), dtype=np.int64)
         t = writer.table("ranks", {"rank": "int32", "device": "int32", "x": "int32",
-                                   "y": "int32", "dp": "int32", "pp": "int32", "tp": "int32",
-                                   "cls": "int32", "degree": "int32"})
-        t.extend({"rank": r, "device": dev, "x": coords[:, 0], "y": coords[:, 1], "dp": d,
-                  "pp": p, "tp": tpi, "cls": lay.rank_class, "degree": deg})
+                                   "y": "int32", "z": "int32", "dp": "int32", "pp": "int32",
+                                   "tp": "int32", "cls": "int32", "degree": "int32"})
+        t.extend({"rank": r, "device": dev, "x": coords[:, 0], "y": coords[:, 1], "z": z,
+                  "dp": d, "pp": p, "tp": tpi, "cls": lay.rank_class, "degree": deg})
     if "faults" in tables:
         t = writer.table("faults", {"time_s": "float64", "kind": "category",
                                     "target": "category", "action": "category"},

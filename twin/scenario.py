@@ -31,16 +31,49 @@ from twin.schema import (
 )
 from workloads.spec import ModelSpec
 
-TRACE_TABLES = ("ops", "messages", "links", "power", "ranks", "faults")
+TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults")
+CollectiveAlgorithm = Literal["auto", "ring", "bidir_ring", "torus2d", "hierarchical",
+                              "rail_rings"]
 
 
 class ClusterSpec(StrictModel):
-    """Hardware: topology, accelerator and link type."""
+    """Hardware: topology, accelerator and link types (wiring in ``topologies.graph``)."""
 
     topology: TopologySpec
     device: DeviceSpec
-    link: LinkSpec
+    link: LinkSpec = Field(description="device link: grid / ring edges, dragonfly links inside "
+                                       "a group, GPU-NVSwitch links of a switched node")
     links_per_edge: int = Field(default=1, ge=1, description="physical links per graph edge")
+    nic_link: LinkSpec | None = Field(
+        default=None, description="switched (required): InfiniBand link of the fat-tree "
+                                  "(NIC-leaf and leaf-spine, one port per edge)")
+    global_link: LinkSpec | None = Field(
+        default=None, description="dragonfly2d: link between groups (default: link)")
+    global_links_per_edge: int | None = Field(
+        default=None, ge=1, description="dragonfly2d: links per global edge "
+                                        "(default: links_per_edge)")
+
+    def link_fields(self) -> dict[str, LinkSpec]:
+        """The link specs given, by field name (``link``, ``nic_link``, ``global_link``)."""
+        out = {"link": self.link}
+        for key in ("nic_link", "global_link"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    def link_specs(self) -> dict[str, LinkSpec]:
+        """Link spec per catalog name used on the topology's edges (the Fabric's mapping)."""
+        return {spec.name: spec for spec in self.link_fields().values()}
+
+    def topology_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``topologies.graph.build_topology`` beyond kind, shape, link
+        and links_per_edge."""
+        t = self.topology
+        return {"nic_link": self.nic_link.name if self.nic_link else None,
+                "global_link": self.global_link.name if self.global_link else None,
+                "global_links_per_edge": self.global_links_per_edge,
+                "nics_per_node": t.nics_per_node, "nodes_per_leaf": t.nodes_per_leaf,
+                "oversubscription": t.oversubscription}
 
 
 class ParallelismSpec(StrictModel):
@@ -71,10 +104,14 @@ class WorkloadSpec(StrictModel):
     virtual_stages: int = Field(default=1, ge=1,
                                 description="model chunks per stage (interleaved schedule)")
     recompute: Literal["none", "selective", "full"] = "none"
+    attention: Literal["flash", "standard"] = Field(
+        default="flash", description="flash: fused, scores stay on chip; standard: scores, "
+                                     "softmax and dropout go through HBM (Megatron-LM 2022)")
     sequence_parallel: bool = Field(
         default=False, description="split norms/dropout along the sequence across TP ranks "
                                    "(TP collectives become reduce-scatter + all-gather)")
-    placement: Literal["snake", "row-major"] = "snake"
+    placement: Literal["snake", "row-major", "spread"] = Field(
+        default="snake", description="rank -> device policy (topologies.placement)")
     grad_bucket_mb: PositiveFloat = Field(
         default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
 
@@ -95,6 +132,16 @@ class NetworkSpec(StrictModel):
     retransmit_timeout_s: PositiveFloat = Field(
         default=1.07, description="wait before resending a transfer cut by a link failure, s "
                                   "(NCCL_IB_TIMEOUT=18: 4.096 us * 2^18)")
+    tp_algorithm: CollectiveAlgorithm = Field(
+        default="auto", description="collective algorithm of tensor-parallel groups "
+                                    "(workloads.collectives)")
+    dp_algorithm: CollectiveAlgorithm = Field(
+        default="auto", description="collective algorithm of data-parallel groups")
+
+    @property
+    def algorithms(self) -> dict[str, str]:
+        """Algorithm per group kind, as ``workloads.parallel.Layout`` takes them."""
+        return {"tp": self.tp_algorithm, "dp": self.dp_algorithm}
 
 
 class SimulationSpec(StrictModel):
@@ -114,8 +161,8 @@ class TraceSpec(StrictModel):
 
     enabled: bool = True
     path: str | None = Field(default=None, description="default runs/<name>.h5")
-    tables: list[Literal["ops", "messages", "links", "power", "ranks", "faults"]] = list(
-        TRACE_TABLES)
+    tables: list[Literal["ops", "messages", "links", "power", "alerts", "telemetry", "ranks",
+                         "faults"]] = list(TRACE_TABLES)
     compression: Literal["gzip", "lzf", "none"] = "gzip"
 
 
@@ -347,21 +394,89 @@ def check_consistency(scen: Scenario) -> list[Problem]:
         problems.append(Problem("workload.precision", f"{dev.name} has no {prec} peak", prec,
                                 ", ".join(dev.peak_tflops)))
     problems.extend(check_workload(scen.workload))
-    problems.extend(_check_faults(scen))
+    from devices.power import check_power
+
+    problems.extend(check_power(scen.power, dev, par.pp))
+    topo_problems = _check_topology(scen)
+    problems.extend(topo_problems)
+    if not topo_problems:
+        problems.extend(_check_faults(scen))
+        if par.world == topo.num_devices:
+            problems.extend(_check_algorithms(scen))
+    return problems
+
+
+def _build_graph(scen: Scenario):
+    """The scenario's topology (built for checks; ``twin.build`` builds the run's own)."""
+    from topologies.graph import build_topology
+
+    cl = scen.cluster
+    return build_topology(cl.topology.kind, cl.topology.shape, cl.link.name,
+                          cl.links_per_edge, **cl.topology_options())
+
+
+def _check_topology(scen: Scenario) -> list[Problem]:
+    """Kind-specific topology options and the link types each kind needs."""
+    cl = scen.cluster
+    kind = cl.topology.kind
+    problems = cl.topology.problems("cluster.topology")
+    if kind == "switched":
+        if cl.nic_link is None and cl.topology.shape[1] > 1:
+            problems.append(Problem("cluster.nic_link", "required by a switched cluster of "
+                                    f"{cl.topology.shape[1]} nodes (the InfiniBand link type)",
+                                    None, "a link catalog name such as ib-ndr400-port, base + "
+                                    "overrides, or an inline spec"))
+    elif cl.nic_link is not None:
+        problems.append(Problem("cluster.nic_link", f"only used by kind switched, not {kind}",
+                                cl.nic_link.name, "leave it out"))
+    if kind != "dragonfly2d":
+        for key in ("global_link", "global_links_per_edge"):
+            value = getattr(cl, key)
+            if value is not None:
+                problems.append(Problem(f"cluster.{key}", f"only used by kind dragonfly2d, not "
+                                        f"{kind}", getattr(value, "name", value),
+                                        "leave it out"))
+    seen: dict[str, str] = {}
+    for key, spec in cl.link_fields().items():
+        other = seen.get(spec.name)
+        if other is not None and getattr(cl, other) != spec:
+            problems.append(Problem(f"cluster.{key}.name", f"names a link type that differs "
+                                    f"from cluster.{other} of the same name", spec.name,
+                                    f"a name other than {spec.name!r} (edges carry link types "
+                                    f"by name)"))
+        seen.setdefault(spec.name, key)
+    return problems
+
+
+def _check_algorithms(scen: Scenario) -> list[Problem]:
+    """An explicit torus2d / hierarchical algorithm must fit every group of its kind."""
+    from workloads import collectives
+    from workloads.parallel import Layout
+
+    net, w = scen.network, scen.workload
+    wanted = {k: a for k, a in net.algorithms.items() if a in ("torus2d", "hierarchical")}
+    if not wanted:
+        return []
+    par = w.parallelism
+    topo = _build_graph(scen)
+    layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric=True)
+    problems = []
+    for kind, algo in wanted.items():
+        why = collectives.check(algo, layout.all_group_devices(kind), topo)
+        if why is not None:
+            problems.append(Problem(
+                f"network.{kind}_algorithm", f"{algo} does not fit the {kind} groups of "
+                f"{scen.cluster.topology.kind} with placement {w.placement}: {why}", algo,
+                "auto, ring, bidir_ring; torus2d for groups that are 2D sub-grids of torus2d, "
+                "mesh2d or torus3d; hierarchical on switched with equal members per node"))
     return problems
 
 
 def _check_faults(scen: Scenario) -> list[Problem]:
-    from topologies.graph import build_topology
+    """Fault targets against the topology, one checkpoint policy (``scenarios.faults``)."""
+    from scenarios.faults import check_faults
 
-    problems: list[Problem] = []
     if not scen.faults:
-        return problems
-    t = scen.cluster.topology
-    graph = build_topology(t.kind, t.shape, scen.cluster.link.name).graph
-    for i, f in enumerate(scen.faults):
-        u, v = f.link
-        if not graph.has_edge(u, v):
-            problems.append(Problem(f"faults.{i}.link", "no such edge in the topology",
-                                    [u, v], "two neighbouring device ids"))
-    return problems
+        return []
+    thermal = getattr(getattr(scen.power, "thermal", None), "enabled", True)
+    return check_faults(scen.faults, _build_graph(scen), thermal)

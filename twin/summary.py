@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 
 from devices.accelerator import peak_power
+from devices.power_report import collect_alerts, power_summary
+from topologies.routing import NoRoute, Router
 from twin.build import Model, class_sizes, model_flops_per_iteration
+from workloads.job import job_metrics
 
 SUMMARY_KEYS = ("iteration_time_s", "iterations", "makespan_s", "energy_j",
                 "energy_per_iteration_j", "energy_breakdown_j", "avg_power_w", "peak_power_w",
@@ -29,10 +32,11 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     n_dev = int(sizes.sum())
     makespan = float(env.now)
     iters = scen.workload.iterations
-    ends = np.array([s.iteration_end for s in ex.stats])  # (classes, iterations)
+    done = min(len(s.iteration_end) for s in ex.stats)  # < iters: the run stalled
+    ends = np.array([s.iteration_end[:done] for s in ex.stats]).reshape(len(ex.stats), done)
     it_end = ends.max(axis=0)
     it_times = np.diff(np.concatenate([[0.0], it_end]))
-    it_time = float(it_times.mean())
+    it_time = float(it_times.mean()) if done else float("nan")
     flops = model_flops_per_iteration(model)
     peak = scen.cluster.device.peak_flops(scen.workload.precision)
 
@@ -55,7 +59,10 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     recv = per_device("recv_s")
     dpw = per_device("dp_wait_s")
     denom = n_dev * makespan if makespan > 0 else 1.0
-    hops = model.layout.hops_per_group(model.router)
+    try:
+        hops = model.layout.hops_per_group(model.router)
+    except NoRoute:  # failures left devices cut off at the end: report the healthy routes
+        hops = model.layout.hops_per_group(Router(model.topo))
     exec_flops = per_accel("gemm_flops")
     return {
         "iteration_time_s": it_time,
@@ -90,7 +97,45 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         if makespan > 0 else 0.0,
         "hops_per_ring_edge": hops,
         "reroutes": int(fabric.reroutes),
+        # fault tolerance (workloads.job): restarts, lost work, availability, goodput
+        "completed": done == iters,
+        "iterations_completed": int(done),
+        "iteration_time_p50_s": float(np.percentile(it_times, 50)) if done else float("nan"),
+        "iteration_time_p99_s": float(np.percentile(it_times, 99)) if done else float("nan"),
+        "iteration_time_max_s": float(it_times.max()) if done else float("nan"),
+        **job_metrics(getattr(ex, "job", None), ex.accelerators, fabric, makespan, int(done),
+                      scen.workload.global_batch * scen.workload.seq),
+        "bytes_dropped": float(getattr(fabric, "bytes_dropped", np.zeros(1)).sum()),
+        "retransmitted_bytes": float(fabric.retransmitted_bytes),
+        "route_stalls": len(getattr(fabric, "stalls", ())),
         "network_model": scen.network.model,
         "symmetry_used": bool(model.symmetric),
         "rank_classes": len(sizes),
+        **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
     }
+
+
+def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: float,
+                it_end: np.ndarray, makespan: float, exec_flops: float,
+                it_time: float) -> dict[str, Any]:
+    """Power, alert and limits keys (devices.power_report, twin.limits)."""
+    from twin.limits import compute_limits
+
+    scen = model.scenario
+    acc = ex.accelerators
+    n_dev = int(class_sizes(model).sum())
+    peak = scen.cluster.device.peak_flops(scen.workload.precision)
+    setup = acc[0].power
+    alerts = collect_alerts(setup, acc, it_end, model_flops_per_iteration(model), n_dev, peak,
+                            makespan, float(fabric.idle_w.sum()), breakdown["network"])
+    iters = scen.workload.iterations  # per-iteration figures as in the rest of the summary
+    out = power_summary(setup, acc, breakdown, energy, exec_flops, alerts)
+    topo = model.topo
+    inject = float(fabric.capacity[np.asarray(topo.link_src) < topo.n_devices].sum())
+    lim = compute_limits(
+        it_time, energy / iters, np.array([a.stats.gemm_flops / iters for a in acc]), peak,
+        fabric.link_bytes / iters, fabric.capacity, inject,
+        float(fabric.bytes_sent.sum()) / iters, exec_flops / iters, scen.workload.precision,
+        scen.power.thermal.ambient_c)
+    out["limits_orders_of_magnitude"] = {k: v["orders_of_magnitude"] for k, v in lim.items()}
+    return out

@@ -223,11 +223,136 @@ def conservation() -> list[Row]:
                 s["bytes_sent"], "B", 1e-12)]
 
 
+# ----------------------------------------------------------------------------- published
+def _calibration() -> dict:
+    """``../shared/calibration/calibration.yaml`` if present (source of the reference values)."""
+    from pathlib import Path
+
+    import yaml
+
+    for base in (Path(__file__).resolve().parents[2], Path.cwd().parent, Path.cwd()):
+        f = base / "shared" / "calibration" / "calibration.yaml"
+        if f.is_file():
+            return yaml.safe_load(f.read_text())
+    return {}
+
+
+# Published figures, copied with their sources (shared/calibration/README.md). The file above
+# is read when present so a changed figure shows up; these are the fallback.
+NCCL_ROWS = [
+    # (what, device, link, gpus, nodes, nic, op, reference GB/s, calibrated, source)
+    ("8x H100 NVLink all-reduce (ring)", "h100-sxm", "nvlink4-switch", 8, 1, None,
+     "allreduce", 367.6, True, "NVIDIA/nccl-tests issue 290 (16 GiB)"),
+    ("8x H100 NVLink all-gather", "h100-sxm", "nvlink4-switch", 8, 1, None,
+     "allgather", 361.4, False, "NVIDIA/nccl-tests issue 290 (16 GiB)"),
+    ("8x H100 NVLink reduce-scatter", "h100-sxm", "nvlink4-switch", 8, 1, None,
+     "reduce_scatter", 362.9, False, "NVIDIA/nccl-tests issue 290 (16 GiB)"),
+    ("8x A100 NVLink all-reduce", "a100-sxm-80gb", "nvlink3-switch", 8, 1, None,
+     "allreduce", 234.9, False, "stas00/ml-engineering network benchmarks"),
+    ("2x8 H100 NDR400 all-reduce (rail rings), busbw per NIC", "h100-sxm", "nvlink4-switch", 8, 2,
+     "ib-ndr400-port", "allreduce", 47.0, True, "nccl-tests issue 290: 46-48 GB/s per NIC"),
+]
+
+KORTHIKANTI = [
+    # (model, gpus, tp, pp, interleave, global batch, micro batch, iteration time s)
+    ("gpt-22b", 8, 8, 1, 1, 4, 4, 1.10),
+    ("gpt3-175b", 64, 8, 8, 3, 64, 1, 13.75),
+    ("gpt-530b", 280, 8, 35, 3, 280, 1, 37.83),
+    ("gpt-1t", 512, 8, 64, 1, 512, 1, 71.49),
+]
+
+
+def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float:
+    """Bus bandwidth (GB/s) of one collective over every GPU of a switched cluster."""
+    from devices.fabric import Fabric
+    from devices.spec import LinkSpec
+    from topologies.graph import build_topology
+    from topologies.routing import Router
+    from twin.catalogs import catalog
+    from twin.engine import Engine
+    from workloads import collectives
+
+    specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)
+             for name in (link, nic) if name}
+    opts = {"nic_link": nic} if nic else {}
+    topo = build_topology("switched", (gpus, nodes), link, 18 if "nvlink4" in link else 12,
+                          **opts)
+    env = Engine()
+    fab = Fabric(env, topo, Router(topo), specs)
+    group = np.arange(gpus * nodes)[None, :]
+    algo = "rail_rings" if nodes > 1 else "ring"
+    t = _run_phases(env, fab, collectives.collective_phases(op, algo, group, payload, topo))
+    return collectives.bus_bandwidth(op, gpus * nodes, payload, t) / 1e9
+
+
+@check("nccl")
+def nccl_bus_bandwidth() -> list[Row]:
+    """NCCL bus bandwidths measured on DGX nodes vs the twin on the same collective."""
+    rows = []
+    for what, device, link, gpus, nodes, nic, op, ref, calibrated, src in NCCL_ROWS:
+        busbw = _nccl_busbw(device, link, gpus, nodes, nic, op)
+        if nodes > 1:
+            busbw /= gpus  # nccl-tests per-NIC figure: bus bandwidth / NICs per node
+        rows.append(Row("published", what, busbw, ref, "GB/s", 0.10, src, calibrated))
+    return rows
+
+
+def korthikanti_scenario(model, gpus, tp, pp, v, gb, mb):
+    """Korthikanti et al. Table 5 setup: DGX A100 nodes (8 GPUs on NVSwitch, 8 HDR200 NICs),
+    fp16, sequence 2048, selective recompute, sequence parallelism, TP inside a node, and the
+    unfused (standard) attention of the Megatron-LM of 2022."""
+    from twin.scenario import load_scenario
+
+    nodes = gpus // 8
+    raw = {
+        "name": f"korthikanti-{model}",
+        "cluster": {"topology": {"kind": "switched", "shape": [8, nodes]},
+                    "device": "a100-sxm-80gb", "link": "nvlink3-switch", "links_per_edge": 12,
+                    **({"nic_link": "ib-hdr200-port"} if nodes > 1 else {})},
+        "workload": {"model": model, "precision": "fp16", "seq_len": 2048,
+                     "global_batch": gb, "micro_batch": mb,
+                     "parallelism": {"dp": gpus // (tp * pp), "tp": tp, "pp": pp},
+                     "schedule": "interleaved" if v > 1 else "1f1b", "virtual_stages": v,
+                     "recompute": "selective", "sequence_parallel": True,
+                     "attention": "standard"},
+        "trace": {"enabled": False},
+    }
+    return load_scenario(raw)
+
+
+def _korthikanti(rows_wanted) -> list[Row]:
+    from twin.run import run
+
+    rows = []
+    for model, gpus, tp, pp, v, gb, mb, ref in rows_wanted:
+        s = run(korthikanti_scenario(model, gpus, tp, pp, v, gb, mb)).summary
+        rows.append(Row("published", f"{model} on {gpus} A100 (tp{tp} pp{pp} v{v}) iteration",
+                        s["iteration_time_s"], ref, "s", 0.10,
+                        f"Korthikanti et al. 2022 Table 5; twin MFU {s['mfu']:.1%}"))
+    return rows
+
+
+@check("training")
+def training_iteration_times() -> list[Row]:
+    """Korthikanti et al. (2022) Table 5 iteration times: the two smaller rows (fast)."""
+    return _korthikanti(KORTHIKANTI[:2])
+
+
+@check("training-large")
+def training_iteration_times_large() -> list[Row]:
+    """Korthikanti et al. (2022) Table 5: the 530B and 1T rows (minutes of simulation)."""
+    return _korthikanti(KORTHIKANTI[2:])
+
+
 # ----------------------------------------------------------------------------- report
+DEFAULT_CHECKS = ("collectives", "queueing", "pipeline", "flops", "conservation", "nccl",
+                  "training")
+
+
 def run_checks(names: list[str] | None = None) -> pd.DataFrame:
-    """Run the named checks (all by default); one row per comparison."""
+    """Run the named checks (the default set unless given); one row per comparison."""
     rows: list[Row] = []
-    for name in names or list(CHECKS):
+    for name in names or list(DEFAULT_CHECKS):
         for r in CHECKS[name]():
             rows.append(r)
     df = pd.DataFrame([{**asdict(r), "error": r.error, "ok": r.ok} for r in rows])

@@ -7,18 +7,26 @@ pipeline sends run as their own processes and fill the receiver's mailbox.
 Collectives rendezvous: a collective starts when every class holding a member of the
 participating groups has reached it, then runs the algorithm's phases on the fabric for all
 those groups at once.
+
+Job control (``workloads.job``): after an iteration that a checkpoint follows, every class
+joins the checkpoint barrier. :meth:`Executor.abort` stops the job at once (every process of the
+current *epoch* is interrupted and its traffic withdrawn; an agent in the middle of a compute
+block finishes that block and then leaves); :meth:`Executor.restart` starts a new epoch from a
+given iteration with fresh mailboxes and rendezvous. ``done`` fires when the last epoch has
+finished every iteration.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
 from devices.accelerator import Accelerator
-from devices.fabric import Fabric, Phase
+from devices.fabric import Fabric
 from twin.records import Recorder
 from workloads import collectives
 from workloads.parallel import Layout
@@ -49,11 +57,15 @@ class Executor:
         accelerators: one agent per rank class (``devices.accelerator.Accelerator``).
         iterations: iterations to run.
         recorder: trace sink.
+        job: checkpoint barrier / failure / restart controller (``workloads.job``), or None.
+        before_block: called with the class id before every compute block (fault hooks
+            that change the class's accelerator, e.g. heavy-tailed HBM service).
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
                  programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
-                 accelerators: list[Accelerator], iterations: int, recorder: Recorder):
+                 accelerators: list[Accelerator], iterations: int, recorder: Recorder,
+                 job=None, before_block: Callable[[int], None] | None = None):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -67,12 +79,23 @@ class Executor:
         self._mail: dict[tuple, simpy.Event] = {}
         self._seq: dict[tuple[int, str], int] = defaultdict(int)
         self._rendezvous: dict[tuple, list] = {}
-        self._phase_cache: dict[tuple, list[Phase]] = {}
+        self._phase_cache: dict[tuple, object] = {}
         self._groups_cache: dict[tuple[str, int], tuple[np.ndarray, tuple[int, ...]]] = {}
-        self.procs = [env.process(self._agent(c)) for c in range(n)]
+        self.job = job
+        self.before_block = before_block
+        self.done = env.event()
+        self.epoch = 0
+        self._live: set[simpy.Process] = set()
+        self._busy = [False] * n            # agent is inside a compute block
+        self._waiting: list[str | None] = [None] * n  # wait kind the compute stream is in
+        self._finished = 0
+        self._agents: dict[simpy.Process, int] = {}
+        if job is not None:
+            job.attach(self)
+        self.procs = self._start_agents(0)
 
     # ----------------------------------------------------------------- agent
-    def _agent(self, cls: int):
+    def _agent(self, cls: int, epoch: int = 0, start: int = 0):
         env = self.env
         st = self.stats[cls]
         acc = self.accelerators[cls]
@@ -80,22 +103,31 @@ class Executor:
         prog = self.programs[stage]
         blocks = self.blocks[stage]
         rec = self.recorder
-        for it in range(self.iterations):
+        busy, waiting, hook, job = self._busy, self._waiting, self.before_block, self.job
+        for it in range(start, self.iterations):
             dp_tail: simpy.Event | None = None
             for ins in prog:
                 op = ins[0]
                 if op == COMPUTE:
+                    if hook is not None:
+                        hook(cls)
+                    busy[cls] = True
                     yield from acc.compute(blocks[ins[1]], it, ins[2], ins[3], ins[4])
+                    busy[cls] = False
+                    if self.epoch != epoch:
+                        return  # the job was aborted during the block
                     continue
                 t0 = env.now
                 if op == TP:
                     acc.wait_start("tp")
+                    waiting[cls] = "tp"
                     yield self._collective("tp", cls, ins[1], ins[2])
+                    waiting[cls] = None
                     acc.wait_end("tp")
                     st.tp_s += env.now - t0
                     rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
                 elif op == SEND:
-                    env.process(self._send(cls, ins[1], (it, *ins[2]), ins[3]))
+                    self._spawn(self._send(cls, ins[1], (it, *ins[2]), ins[3]))
                 elif op == RECV:
                     key = (cls, (it, *ins[2]))
                     ev = self._mail.get(key)
@@ -103,7 +135,9 @@ class Executor:
                         ev = self._mail[key] = env.event()
                     if not ev.triggered:
                         acc.wait_start("recv")
+                        waiting[cls] = "recv"
                         yield ev
+                        waiting[cls] = None
                         acc.wait_end("recv")
                     del self._mail[key]
                     if env.now > t0:
@@ -111,17 +145,87 @@ class Executor:
                         rec.op(cls, it, "compute", "recv", ins[2][0], ins[2][1], ins[2][2], -1,
                                t0, env.now, 0.0)
                 elif op == DP_START:
-                    dp_tail = env.process(self._dp_job(cls, it, dp_tail, ins[1], ins[2]))
+                    dp_tail = self._spawn(self._dp_job(cls, it, dp_tail, ins[1], ins[2]))
                 elif op == DP_WAIT:
                     if dp_tail is not None and not dp_tail.triggered:
                         acc.wait_start("dp_wait")
+                        waiting[cls] = "dp_wait"
                         yield dp_tail
+                        waiting[cls] = None
                         acc.wait_end("dp_wait")
                     if env.now > t0:
                         st.dp_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "dp_wait", "dp_wait", -1, -1, -1, t0, env.now,
                                0.0)
             st.iteration_end.append(env.now)
+            if job is not None and job.due(it):
+                t0 = env.now
+                acc.wait_start("checkpoint")
+                waiting[cls] = "checkpoint"
+                yield job.checkpoint(it)
+                waiting[cls] = None
+                acc.wait_end("checkpoint")
+                rec.op(cls, it, "compute", "checkpoint", "checkpoint", -1, -1, -1, t0, env.now,
+                       0.0)
+        self._finished += 1
+        if self._finished == len(self.stats):
+            self.done.succeed()
+
+    # ----------------------------------------------------------------- job control
+    def _start_agents(self, start: int) -> list[simpy.Process]:
+        self._agents = {}
+        for c in range(len(self.stats)):
+            self._agents[self._spawn(self._agent(c, self.epoch, start))] = c
+        return list(self._agents)
+
+    def _spawn(self, gen) -> simpy.Process:
+        """Start a process of the current epoch (interruptible by :meth:`abort`)."""
+        proc = self.env.process(self._guarded(gen))
+        self._live.add(proc)
+        proc.callbacks.append(lambda _e, p=proc: self._live.discard(p))
+        return proc
+
+    @staticmethod
+    def _guarded(gen):
+        try:
+            return (yield from gen)
+        except simpy.Interrupt:
+            return None  # aborted with the job
+
+    def abort(self) -> list[simpy.Process]:
+        """Stop the job now (a failure): interrupt every process of the current epoch.
+
+        Communication in flight is withdrawn from the fabric. An agent inside a compute block
+        is not interrupted: it finishes the block and leaves. Returns those agent processes
+        (a restart must wait for them).
+        """
+        self.epoch += 1
+        draining = []
+        for proc in list(self._live):
+            if not proc.is_alive:
+                continue
+            cls = self._agents.get(proc)
+            if cls is not None and self._busy[cls]:
+                draining.append(proc)
+            else:
+                proc.interrupt("job aborted")
+        for cls, kind in enumerate(self._waiting):
+            if kind is not None:
+                self.accelerators[cls].wait_end(kind)
+                self._waiting[cls] = None
+        self._live.clear()
+        return draining
+
+    def restart(self, start_iteration: int) -> None:
+        """Run a new epoch from ``start_iteration`` (the first not in the last checkpoint)."""
+        self._mail = {}
+        self._seq = defaultdict(int)
+        self._rendezvous = {}
+        self._finished = 0
+        self._busy[:] = [False] * len(self._busy)
+        for st in self.stats:
+            del st.iteration_end[start_iteration:]
+        self._start_agents(start_iteration)
 
     def finish(self, makespan: float) -> None:
         """Account idle power of every agent up to the end of the run."""
@@ -139,13 +243,20 @@ class Executor:
                          0.0)
 
     def _send(self, cls: int, direction: int, tag: tuple, nbytes: float):
-        ranks, peers = self.layout.peer_ranks(cls, direction)
-        dev = self.layout.device
+        key = ("p2p", cls, direction, nbytes)
+        plan = self._phase_cache.get(key)
+        if plan is None:  # the same phase objects every time: the fabric caches their routes
+            ranks, peers = self.layout.peer_ranks(cls, direction)
+            dev = self.layout.device
+            plan = (collectives.point_to_point(dev[ranks], dev[peers], nbytes),
+                    [int(c) for c in np.unique(self.layout.rank_class[peers])])
+            self._phase_cache[key] = plan
+        phases, dst_classes = plan
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
-        for phase in collectives.point_to_point(dev[ranks], dev[peers], nbytes):
+        for phase in phases:
             yield from self.fabric.run_phase(phase, name, cls)
-        for dst_cls in np.unique(self.layout.rank_class[peers]):
-            key = (int(dst_cls), tag)
+        for dst_cls in dst_classes:
+            key = (dst_cls, tag)
             ev = self._mail.get(key)
             if ev is None:
                 ev = self._mail[key] = self.env.event()
@@ -164,7 +275,7 @@ class Executor:
         """Event that fires when the collective ``algo`` over ``kind`` groups has finished."""
         gids, parts = self._groups(kind, cls)
         if len(parts) == 1:
-            return self.env.process(self._run_collective(kind, parts, gids, algo, nbytes, cls))
+            return self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
         seq_key = (cls, kind)
         seq = self._seq[seq_key]
         self._seq[seq_key] = seq + 1
@@ -176,20 +287,22 @@ class Executor:
         if entry[0] == len(parts):
             del self._rendezvous[key]
             done = entry[1]
-            proc = self.env.process(self._run_collective(kind, parts, gids, algo, nbytes, cls))
+            proc = self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
             proc.callbacks.append(lambda _e: done.succeed())
         return entry[1]
 
     def _run_collective(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
                         nbytes: float, owner: int):
-        key = (kind, parts, algo, nbytes)
+        algorithm = self.layout.algorithm(kind)  # ring, bidir_ring, torus2d, ... or auto
+        key = (kind, parts, algo, algorithm, nbytes)
         phases = self._phase_cache.get(key)
         if phases is None:
             if len(parts) > 1:  # every participating class touches the same groups
                 gids = np.unique(np.concatenate([self.layout.class_groups(kind, c)
                                                  for c in parts]))
             groups = np.stack([self.layout.group_devices(kind, int(g)) for g in gids])
-            phases = collectives.ALGORITHMS[algo](groups, nbytes)
+            phases = collectives.collective_phases(algo, algorithm, groups, nbytes,
+                                                   self.layout.topo)
             self._phase_cache[key] = phases
         for phase in phases:
             yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)

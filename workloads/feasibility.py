@@ -63,7 +63,7 @@ def check_memory(w: WorkloadSpec, device: DeviceSpec) -> list[Problem]:
     from workloads.memory import memory_per_stage
 
     costs = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, w.parallelism.tp,
-                             w.sequence_parallel, w.recompute)
+                             w.sequence_parallel, w.recompute, w.attention)
     stages = memory_per_stage(costs, w.parallelism.pp, max(microbatches(w), 1), w.schedule,
                               w.virtual_stages, w.parallelism.dp)
     worst = max(stages, key=lambda st: st.total)

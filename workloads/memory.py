@@ -4,9 +4,10 @@ Activation sizes follow Korthikanti et al. 2022 (sec. 4, Table 2) with flash att
 ``5 a s / h`` term for stored attention scores is absent: per layer and microbatch a rank keeps
 ``s b h (10 + 24/t)`` 16-bit values with tensor parallelism alone, ``34 s b h / t`` with
 sequence parallelism, and ``2 s b h`` (the layer input; ``/t`` with SP) under full recompute.
-Selective recompute stores the same as no recompute here because flash attention already
-avoids storing the score matrices. The fp32 logits of the last stage are added. Values are
-scaled from 16-bit to the run's activation precision.
+With ``standard`` attention and no recompute the score matrices are stored too:
+``5 a s / h`` more per ``s b h`` (``/t`` with TP), as in the paper; selective recompute drops
+exactly that term (and flash attention never has it). The fp32 logits of the last stage are
+added. Values are scaled from 16-bit to the run's activation precision.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def memory_per_stage(costs: TransformerCosts, pp: int, microbatches: int, schedu
         per_layer = 34.0 * s * b * h / t
     else:
         per_layer = s * b * h * (10.0 + 24.0 / t)
+    if costs.attention == "standard" and costs.recompute == "none":
+        per_layer += 5.0 * m.heads * s * s * b / t  # softmax output, dropout mask and output
     per_layer *= act_scale
     out = []
     for stage, n_layers in enumerate(stage_layers(m.layers, pp, virtual)):

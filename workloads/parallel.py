@@ -17,6 +17,7 @@ import numpy as np
 
 from topologies.graph import Topology
 from topologies.placement import place, ring_order
+from workloads.collectives import pairs
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Layout:
     tp: int
     placement: str = "snake"
     symmetric: bool = True
+    algorithms: dict[str, str] | None = None  # collective algorithm per group kind (tp, dp)
     device: np.ndarray = field(init=False)      # device of each rank
     rank_class: np.ndarray = field(init=False)  # class of each rank
     classes: list[np.ndarray] = field(init=False)  # ranks of each class
@@ -91,6 +93,18 @@ class Layout:
             self._ring_cache[key] = ring
         return ring
 
+    def algorithm(self, kind: str) -> str:
+        """Collective algorithm configured for ``kind`` groups (``auto`` when not given)."""
+        return (self.algorithms or {}).get(kind, "auto")
+
+    def n_groups(self, kind: str) -> int:
+        """Number of ``kind`` groups."""
+        return self.dp * self.pp if kind == "tp" else self.pp * self.tp
+
+    def all_group_devices(self, kind: str) -> np.ndarray:
+        """``[group, member]`` devices of every ``kind`` group, members in ring order."""
+        return np.stack([self.group_devices(kind, g) for g in range(self.n_groups(kind))])
+
     def class_groups(self, kind: str, cls: int) -> np.ndarray:
         """Distinct ``kind`` groups touched by the ranks of class ``cls``."""
         return np.unique(self.group_id(kind, self.classes[cls]))
@@ -108,15 +122,17 @@ class Layout:
         return ranks, self.rank(d, (p + direction) % self.pp, t)
 
     def hops_per_group(self, router) -> dict[str, float]:
-        """Mean route hops between ring neighbours of tp and dp groups, and pipeline neighbours."""
+        """Mean route hops per ring edge of tp and dp groups, and between pipeline neighbours.
+
+        A ring edge is a (sender, receiver) pair of the group's collective algorithm: the
+        ring's neighbours for ``ring`` / ``bidir_ring``, the row and column rings for
+        ``torus2d`` / ``hierarchical``.
+        """
         out = {}
-        for kind, n in (("tp", self.dp * self.pp), ("dp", self.pp * self.tp)):
-            hops = []
-            for g in range(n):
-                ring = self.group_devices(kind, g)
-                if len(ring) > 1:
-                    hops += [router.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
-                                                                       strict=True)]
+        for kind in ("tp", "dp"):
+            groups = self.all_group_devices(kind)
+            edges = pairs(self.algorithm(kind), groups, self.topo)
+            hops = [router.hops(int(a), int(b)) for a, b in edges]
             out[kind] = float(np.mean(hops)) if hops else 0.0
         if self.pp > 1:
             r = np.arange(self.world)

@@ -13,6 +13,12 @@ columns, attention-out and MLP-down by rows), so each rank does ``1/t`` of every
 sequence parallelism the element-wise kernels are replicated on every rank, with it they are
 split ``1/t`` as well.
 
+Attention comes in two implementations. ``flash`` (fused, FlashAttention-style): Q, K and V are
+read and O written once, the ``s x s`` scores never reach HBM. ``standard`` (Megatron-LM before
+fused attention): the scores are written, the fused scale-mask-softmax reads and writes them,
+dropout reads them and writes the dropped probabilities plus a one-byte mask, and the second
+batched GEMM reads them again; the backward pass does the reverse with twice the GEMM work.
+
 Closed forms (GPT, tied embeddings, per iteration, B sequences):
 
 * no recompute: ``F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))``
@@ -32,12 +38,17 @@ Recompute = Literal["none", "selective", "full"]
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel on one rank: ``flops`` (FLOP) and ideal HBM ``bytes`` moved."""
+    """One kernel on one rank: ``flops`` (FLOP) and ideal HBM ``bytes`` moved.
+
+    GEMMs carry their output shape ``(batch, rows, cols)`` so the device model can count the
+    output tiles its compute units process in waves (``None`` when not a plain GEMM).
+    """
 
     name: str
     flops: float
     bytes: float
     gemm: bool
+    shape: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +94,8 @@ class TransformerCosts:
     """
 
     def __init__(self, model: ModelSpec, precision: str, micro_batch: int, seq: int,
-                 tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none"):
+                 tp: int = 1, sequence_parallel: bool = False, recompute: Recompute = "none",
+                 attention: str = "flash"):
         self.m = model
         self.precision = precision
         self.b = micro_batch
@@ -91,6 +103,7 @@ class TransformerCosts:
         self.t = tp
         self.sp = sequence_parallel
         self.recompute = recompute
+        self.attention = attention
         self.e = BYTES_PER_ELEMENT[precision]          # activation element, bytes
         self.we = weight_bytes_per_element(precision)  # weight element, bytes
 
@@ -123,14 +136,15 @@ class TransformerCosts:
     def _gemm(self, name: str, m: float, k: float, n: float, backward: bool) -> list[Kernel]:
         """GEMM [m,k]x[k,n] (weights [k,n]); backward = dgrad + wgrad."""
         e, we = self.e, self.we
-        fwd = Kernel(name, 2.0 * m * k * n, (m * k) * e + (k * n) * we + (m * n) * e, True)
+        fwd = Kernel(name, 2.0 * m * k * n, (m * k) * e + (k * n) * we + (m * n) * e, True,
+                     (1.0, m, n))
         if not backward:
             return [fwd]
         ge = grad_bytes_per_element(self.precision)
         dgrad = Kernel(f"{name}.dgrad", 2.0 * m * k * n, (m * n) * e + (k * n) * we + (m * k) * e,
-                       True)
+                       True, (1.0, m, k))
         wgrad = Kernel(f"{name}.wgrad", 2.0 * m * k * n, (m * k) * e + (m * n) * e + (k * n) * ge,
-                       True)
+                       True, (1.0, k, n))
         return [dgrad, wgrad]
 
     def _elementwise(self, name: str, elements: float, reads: float, writes: float,
@@ -147,13 +161,31 @@ class TransformerCosts:
         tokens = b * s
         ks: list[Kernel] = [self._elementwise("norm1", tokens * h, 1, 1, 5)]
         ks += self._gemm("qkv", tokens, h, (heads_r + 2 * kv_r) * d, backward)
-        # attention core (flash style: Q, K, V read, O written; scores stay on chip)
-        core_flops = 4.0 * b * heads_r * s * s * d * (2.0 if backward else 1.0)
-        core_bytes = (2 * heads_r + 2 * kv_r) * tokens * d * self.e * (2.0 if backward else 1.0)
-        ks.append(Kernel("attn_core", core_flops, core_bytes, True))
+        ks += self.attention_core(backward)
         ks += self._gemm("attn_out", tokens, heads_r * d, h, backward)
         ks.append(self._elementwise("residual1", tokens * h, 2, 1))
         return Block("attn_bwd" if backward else "attn_fwd", tuple(ks))
+
+    def attention_core(self, backward: bool = False) -> list[Kernel]:
+        """Scores, softmax, dropout and context of one rank's heads (see module docstring)."""
+        m, b, s, t, e = self.m, self.b, self.s, self.t, self.e
+        d = m.head_dim
+        heads_r = m.heads / t
+        kv_r = m.n_kv_heads / t
+        tokens = b * s
+        k = 2.0 if backward else 1.0
+        gemm_flops = 2.0 * b * heads_r * s * s * d * k   # one of the two batched GEMMs
+        if self.attention == "flash":
+            core_bytes = (2 * heads_r + 2 * kv_r) * tokens * d * e * k
+            return [Kernel("attn_core", 2 * gemm_flops, core_bytes, True)]
+        scores = b * heads_r * s * s                       # elements of the score matrix
+        qk_bytes = (heads_r + kv_r) * tokens * d * e + scores * e
+        pv_bytes = scores * e + (kv_r + heads_r) * tokens * d * e
+        softmax = Kernel("softmax", 5.0 * scores * k, 2 * scores * e * k, False)
+        dropout = Kernel("dropout", 2.0 * scores * k, scores * (2 * e + 1) * k, False)
+        batch = b * heads_r
+        return [Kernel("attn_scores", gemm_flops, qk_bytes * k, True, (batch, s, s)), softmax,
+                dropout, Kernel("attn_context", gemm_flops, pv_bytes * k, True, (batch, s, d))]
 
     def mlp_block(self, backward: bool = False) -> Block:
         """Norm, MLP up (+gate), activation, MLP down, residual add."""
@@ -193,8 +225,7 @@ class TransformerCosts:
         if self.recompute == "full":
             return [Block("recompute", self.attention_block().kernels + self.mlp_block().kernels)]
         if self.recompute == "selective":
-            core = next(k for k in self.attention_block().kernels if k.name == "attn_core")
-            return [Block("recompute", (core,))]
+            return [Block("recompute", tuple(self.attention_core()))]
         return []
 
     # ------------------------------------------------------------------ closed forms

@@ -1,0 +1,71 @@
+"""Limits report: Landauer constant vs the published figure, bounds are really lower bounds,
+trace and summary agree, the CLI command."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from twin.limits import BOLTZMANN_J_PER_K, compute_limits, limits_from_trace
+from twin.run import run
+
+
+def test_landauer_per_bit_matches_published_value():
+    """kT ln 2 = 2.87e-21 J at 300 K (calibration README)."""
+    lim = compute_limits(1.0, 1.0, [1.0], 1.0, [0.0], [1.0], 1.0, 0.0, 1.0, "bf16",
+                         300.0 - 273.15)
+    assert lim["landauer"]["j_per_bit"] == pytest.approx(2.87e-21, rel=2e-3)
+    assert BOLTZMANN_J_PER_K * 300 * math.log(2) == pytest.approx(2.87e-21, rel=2e-3)
+
+
+def test_bound_arithmetic():
+    lim = compute_limits(
+        iteration_time_s=2.0, energy_per_iteration_j=1000.0,
+        rank_flops_per_iteration=[4e12, 8e12], peak_flops=1e12,
+        link_bytes_per_iteration=[1e9, 3e9], link_capacity=[1e9, 1e9],
+        injection_capacity=2e9, bytes_sent_per_iteration=4e9,
+        executed_flops_per_iteration=1e13, precision="fp8", ambient_c=25.0)
+    assert lim["roofline"]["bound_s"] == 8.0
+    assert lim["roofline"]["orders_of_magnitude"] == pytest.approx(math.log10(2 / 8))
+    assert lim["communication"]["link_bound_s"] == 3.0
+    assert lim["communication"]["injection_bound_s"] == 2.0
+    assert lim["communication"]["bound_s"] == 3.0
+    e = 1e13 * 8 * BOLTZMANN_J_PER_K * 298.15 * math.log(2)
+    assert lim["landauer"]["bound_j"] == pytest.approx(e)
+    assert lim["landauer"]["orders_of_magnitude"] == pytest.approx(math.log10(1000 / e))
+
+
+def test_run_is_above_every_bound_and_trace_agrees_with_summary(tiny, capsys):
+    res = run(tiny(["workload.parallelism.dp=4", "workload.parallelism.tp=2"]))
+    lim = limits_from_trace(res.trace_path)
+    summ = res.summary["limits_orders_of_magnitude"]
+    for k in ("roofline", "communication", "landauer"):
+        o = lim[k]["orders_of_magnitude"]
+        assert o is not None and o >= 0.0, k                # lower bounds hold
+        assert o == pytest.approx(summ[k], rel=1e-9), k
+    assert 5 < lim["landauer"]["orders_of_magnitude"] < 10
+    with capsys.disabled():
+        print("\nlimits (orders of magnitude): " + ", ".join(f"{k} {v:.2f}"
+                                                           for k, v in summ.items()))
+
+
+def test_cli_limits(tiny, capsys):
+    from twin.cli import main
+
+    res = run(tiny())
+    assert main(["limits", str(res.trace_path)]) == 0
+    out = capsys.readouterr().out
+    assert "landauer" in out and "orders of magnitude" in out and "k T ln 2" in out
+    assert main(["limits", str(res.trace_path), "--json"]) == 0
+    assert '"roofline"' in capsys.readouterr().out
+    assert main(["limits", str(res.trace_path) + ".missing"]) == 2
+
+
+def test_cli_limits_help(capsys):
+    from twin.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["limits", "--help"])
+    assert exc.value.code == 0
+    assert "limits" in capsys.readouterr().out

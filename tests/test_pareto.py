@@ -1,0 +1,503 @@
+"""Pareto sweeps: sweep-file validation, exhaustive and NSGA-II search, deformation under
+boundary conditions, robust (multi-seed) fronts and the ``twin pareto`` command.
+
+Fast tests use either a cheap twin configuration (4 layers, 4 devices, one iteration) or, for
+the optimizer, a table of points evaluated by a surrogate cost model: NSGA-II and exhaustive
+enumeration see identical inputs, so the comparison is exact.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from experiments import front as fr
+from experiments.pareto import RunTask, run_point, run_sweep, write_outputs
+from experiments.sweep import factorizations, load_sweep
+from twin.errors import ScenarioError
+
+ROOT = Path(__file__).resolve().parent.parent
+OBJ = ["iteration_time_s", "energy_per_iteration_j"]
+
+CHEAP4 = {
+    "name": "cheap4", "seed": 7,
+    "cluster": {"topology": {"kind": "torus2d", "shape": [2, 2]}, "device": "h100-sxm",
+                "link": "nvlink4", "links_per_edge": 4},
+    "workload": {"model": {"base": "llama3.2-1b", "layers": 4}, "precision": "bf16",
+                 "seq_len": 256, "global_batch": 8, "micro_batch": 1,
+                 "parallelism": {"dp": 4, "tp": 1, "pp": 1}, "iterations": 1},
+}
+
+
+def sweep_dict(**kw) -> dict:
+    d = {"name": "t", "base": copy.deepcopy(CHEAP4),
+         "space": {"parallelism": "all", "power.dvfs.frequency_mhz": [1980, 1260]}}
+    d.update(kw)
+    return d
+
+
+def brute_front(df: pd.DataFrame, cols: list[str]) -> set[str]:
+    """Labels of the non-dominated feasible rows, by the definition."""
+    ok = df[df.feasible.astype(bool)]
+    F = ok[cols].to_numpy(dtype=float)
+    keep = set()
+    for i in range(len(F)):
+        if not any((F[j] <= F[i]).all() and (F[j] < F[i]).any() for j in range(len(F))):
+            keep.add(ok["label"].iloc[i])
+    return keep
+
+
+# ----------------------------------------------------------------------------- sweep files
+def test_factorizations_are_all_triples():
+    for n in (1, 6, 8, 16, 64):
+        brute = {(a, b, c) for a in range(1, n + 1) for b in range(1, n + 1)
+                 for c in range(1, n + 1) if a * b * c == n}
+        assert set(factorizations(n)) == brute and len(factorizations(n)) == len(brute)
+
+
+def test_space_enumerates_overrides_and_labels():
+    sw = load_sweep(sweep_dict(space={
+        "parallelism": {"tp": [1, 2]},
+        "workload.micro_batch": [1, 2],
+        "schedule": [{"label": "1f1b", "set": {"workload.schedule": "1f1b"}},
+                     {"label": "gpipe", "set": {"workload.schedule": "gpipe"}}]}))
+    sp = sw.space
+    assert sp.shape == (5, 2, 2) and sp.size == 20 and len(list(sp.points())) == 20
+    x = (3, 1, 1)  # factorizations of 4 with tp in {1, 2}, sorted by (tp, pp)
+    assert sp.label(x) == "dp2-tp2-pp1 micro_batch=2 gpipe"
+    assert sp.strategy(x) == "dp2-tp2-pp1"
+    ov = sw.overrides("nominal", x, seed=5)
+    assert ov["workload.parallelism.dp"] == 2 and ov["workload.parallelism.tp"] == 2
+    assert ov["workload.micro_batch"] == 2 and ov["workload.schedule"] == "gpipe"
+    assert ov["seed"] == 5 and ov["trace.enabled"] is False
+    assert sp.decode(sp.values(x)) == x
+
+
+def test_microbatches_dimension_sets_global_batch():
+    sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1], [2, 2, 1]],
+                                      "workload.micro_batch": [1, 2],
+                                      "microbatches": [2, 4]},
+                               objectives=["time_per_sequence_s", "energy_per_sequence_j"]))
+    ov = sw.space.overrides((1, 1, 1))
+    assert ov["workload.global_batch"] == 2 * 2 * 4
+
+
+def _problems(d) -> list[str]:
+    with pytest.raises(ScenarioError) as ei:
+        load_sweep(d)
+    return [str(p) for p in ei.value.problems]
+
+
+def test_sweep_errors_name_the_field_and_the_allowed_values(tmp_path):
+    probs = _problems(sweep_dict(
+        bogus=1,
+        space={"workload.micro_batchx": [1, 2], "workload.schedule": ["1f1b", "zigzag"],
+               "parallelism": [[2, 1, 1]]},
+        objectives=["iteration_time", "energy_per_iteration_j"],
+        boundary_conditions=[{"name": "a", "set": {"workload.schedule": "gpipe"}}]))
+    text = "\n".join(probs)
+    assert "bogus: unknown key" in text  # pydantic stage stops first
+    probs = _problems(sweep_dict(
+        space={"workload.micro_batchx": [1, 2], "workload.schedule": ["1f1b", "zigzag"],
+               "parallelism": [[2, 1, 1]]},
+        objectives=["iteration_time", "energy_per_iteration_j"],
+        boundary_conditions=[{"name": "a", "set": {"workload.schedule": "gpipe"}}]))
+    text = "\n".join(probs)
+    assert "space.workload.micro_batchx[0].workload.micro_batchx: unknown key" in text
+    assert "micro_batch" in text  # the allowed keys are listed
+    assert "space.workload.schedule[1].workload.schedule" in text and "zigzag" in text
+    assert "space.parallelism[0]: dp*tp*pp = 2 but the base cluster has 4 devices" in text
+    assert "objectives[0]: unknown metric (given: 'iteration_time')" in text
+    assert "boundary_conditions[0].set.workload.schedule: is also set by the design" in text
+    missing = _problems({"name": "t", "base": str(tmp_path / "nope.yaml"),
+                         "space": {"parallelism": "all"}})
+    assert any(p.startswith("base: base scenario file not found") for p in missing)
+    per_it = _problems(sweep_dict(space={"parallelism": "all", "microbatches": [1, 2]}))
+    assert any("objectives: the global batch varies" in p for p in per_it)
+
+
+def test_base_must_run_as_it_is():
+    d = sweep_dict(set={"workload.parallelism.dp": 3})
+    probs = _problems(d)
+    assert any(p.startswith("base.workload.parallelism") for p in probs)
+
+
+def test_every_sweep_file_in_the_library_loads():
+    files = sorted((ROOT / "scenarios").glob("sweep_*.yaml"))
+    assert len(files) >= 2
+    for f in files:
+        sw = load_sweep(f)
+        assert sw.space.size >= 2
+
+
+# ----------------------------------------------------------------------------- real runs
+def test_run_point_records_invalid_and_infeasible_points():
+    sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1]],
+                                      "workload.precision": ["bf16", "fp4"],
+                                      "cluster.device.hbm_gb": [80, 1]}))
+    res = run_sweep(sw, progress=False)
+    p = res.points.set_index("label")
+    assert p.loc["dp4-tp1-pp1 precision=bf16 hbm_gb=80", "status"] == "ok"
+    assert p.loc["dp4-tp1-pp1 precision=fp4 hbm_gb=80", "status"] == "invalid"
+    assert "workload.precision" in p.loc["dp4-tp1-pp1 precision=fp4 hbm_gb=80", "reason"]
+    infeasible = p.loc["dp4-tp1-pp1 precision=bf16 hbm_gb=1"]
+    assert infeasible["status"] == "infeasible" and "out of HBM" in infeasible["reason"]
+    assert res.meta["twin_runs"] == 1  # invalid / infeasible points cost no simulation
+    assert list(res.fronts["nominal"]["label"]) == ["dp4-tp1-pp1 precision=bf16 hbm_gb=80"]
+
+
+def test_power_cap_constraint_marks_points():
+    sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1]],
+                                      "power.dvfs.frequency_mhz": [1980, 1530, 1080]}))
+    free = run_sweep(sw, progress=False).points
+    cap = float(free.avg_power_w.median())
+    table = {tuple(int(i) for i in r.x.split("-")): r for _, r in free.iterrows()}
+
+    def replay(task: RunTask) -> dict:  # the same runs, replayed: only the cap differs
+        r = table[task.x]
+        return {"status": "ok", "reason": "", **{c: float(r[c]) for c in
+                                                 (*OBJ, "avg_power_w", "mfu")}}
+
+    capped = run_sweep(load_sweep(sweep_dict(
+        space={"parallelism": [[4, 1, 1]], "power.dvfs.frequency_mhz": [1980, 1530, 1080]},
+        constraints={"avg_power_w": {"max": cap}})), progress=False, run_fn=replay).points
+    for _, r in capped.iterrows():
+        assert (r.status == "constraint") == (r.avg_power_w > cap)
+        if r.status == "constraint":
+            assert "avg_power_w" in r.reason and not r.feasible
+
+
+@pytest.fixture(scope="module")
+def deformed():
+    """8 design points (4 strategies x 2 clocks) under four boundary conditions."""
+    sw = load_sweep(sweep_dict(space={
+        "parallelism": [[4, 1, 1], [2, 2, 1], [1, 2, 2], [1, 1, 4]],
+        "power.dvfs.frequency_mhz": [1980, 1260]}, boundary_conditions=[
+        {"name": "nominal"},
+        {"name": "slow-links", "set": {"cluster.link.bandwidth_gbps": 2.5}},
+        {"name": "link-down",
+         "set": {"faults": [{"kind": "link_down", "time_s": 0.0, "link": [0, 1]}]}},
+        # heavy-tailed HBM service: per-block memory-time multiplier, Pareto with x_m = 1
+        {"name": "hbm-alpha-1.8",
+         "set": {"faults": [{"kind": "hbm_degradation", "devices": "all", "time_s": 0.0,
+                             "tail": {"name": "pareto", "alpha": 1.8, "mean": 1.8 / 0.8}}]}},
+    ]))
+    return sw, run_sweep(sw, progress=False)
+
+
+def test_exhaustive_front_equals_brute_force(deformed):
+    sw, res = deformed
+    assert res.method == "exhaustive"
+    assert len(res.points) == sw.space.size * 4
+    for bc, f in res.fronts.items():
+        pts = res.points[res.points.boundary == bc]
+        assert set(f["label"]) == brute_front(pts, OBJ)
+
+
+def test_boundary_conditions_deform_the_front(deformed):
+    """Slower links cannot make any point faster; here they push the tensor-parallel
+    strategies off the front, and the report says so."""
+    _, res = deformed
+    p = res.points.pivot(index="label", columns="boundary", values="iteration_time_s")
+    for bc in ("slow-links", "link-down", "hbm-alpha-1.8"):  # none of them can speed up a run
+        assert (p[bc] >= p["nominal"] * (1 - 1e-9)).all(), bc
+    d = res.deformation
+    assert d["baseline"] == "nominal"
+    slow = d["boundaries"]["slow-links"]
+    base_front = set(res.fronts["nominal"]["label"])
+    slow_front = set(res.fronts["slow-links"]["label"])
+    assert slow["left"] == sorted(base_front - slow_front)
+    assert slow["joined"] == sorted(slow_front - base_front)
+    assert slow["left"], "a 10x slower fabric should change the front here"
+    assert all(slow["left_became"][lab] == "dominated" for lab in slow["left"])
+    # hypervolume against the common reference point, recomputed independently
+    ref = np.array(d["reference_point"])
+    hv = {bc: fr.hypervolume(f[OBJ].to_numpy(), ref) for bc, f in res.fronts.items()}
+    assert slow["hv"] == pytest.approx(hv["slow-links"])
+    assert slow["hv_change"] == pytest.approx(hv["slow-links"] / hv["nominal"] - 1)
+    assert slow["hv_change"] < -0.05
+    assert d["boundaries"]["link-down"]["hv_change"] <= 1e-12
+    hbm = d["boundaries"]["hbm-alpha-1.8"]
+    assert hbm["hv_change"] < 0  # memory service never faster, sometimes much slower
+    assert hbm["left"] == sorted(base_front - set(res.fronts["hbm-alpha-1.8"]["label"]))
+    nominal = res.points[res.points.boundary == "nominal"].set_index("label")
+    left_strats = {nominal.loc[lab, "strategy"] for lab in slow["left"]}
+    assert set(slow["strategies_left"]) <= left_strats
+    tab = res.deformation_table
+    rows = tab[(tab.boundary == "slow-links") & (tab.change == "left")]
+    assert sorted(rows.label) == slow["left"]
+
+
+def test_outputs_are_written(deformed, tmp_path):
+    _, res = deformed
+    paths = {p.name for p in write_outputs(res, tmp_path)}
+    assert {"points.csv", "runs.csv", "pareto.csv", "pareto.png", "shape.json",
+            "deformation.json", "deformation.csv", "deformation.png", "report.txt",
+            "report.json"} <= paths
+    pts = pd.read_csv(tmp_path / "points.csv")
+    assert {"boundary", "label", "strategy", "parallelism", "power.dvfs.frequency_mhz",
+            "status", "feasible", "reason", *OBJ, "mfu", "avg_power_w"} <= set(pts.columns)
+    par = pd.read_csv(tmp_path / "pareto.csv")
+    for bc, g in par.groupby("boundary"):
+        assert set(g.label) == brute_front(pts[pts.boundary == bc], OBJ)
+    shape = json.loads((tmp_path / "shape.json").read_text())
+    assert set(shape) == {"nominal", "slow-links", "link-down", "hbm-alpha-1.8"}
+    assert (tmp_path / "pareto.png").stat().st_size > 10_000
+
+
+def test_robust_fronts_of_mean_and_quantile():
+    sw = load_sweep(sweep_dict(
+        space={"parallelism": [[4, 1, 1], [1, 1, 4]],
+               "power.dvfs.frequency_mhz": [1980, 1260]},
+        set={"simulation.compute_jitter_cov": 0.2},
+        robust={"seeds": [1, 2, 3], "quantile": 0.9}))
+    res = run_sweep(sw, progress=False)
+    runs, pts = res.runs, res.points
+    assert len(runs) == 4 * 3
+    assert runs.groupby("x").iteration_time_s.nunique().min() == 3  # seeds matter
+    for _, r in pts.iterrows():
+        v = runs[runs.x == r.x].iteration_time_s.to_numpy()
+        assert r.iteration_time_s == pytest.approx(v.mean())
+        assert r.iteration_time_s_p90 == pytest.approx(np.quantile(v, 0.9))
+        assert r.iteration_time_s_std == pytest.approx(v.std(ddof=1))
+    rob = res.robust["boundaries"]["nominal"]
+    assert set(rob["mean"]["labels"]) == brute_front(pts, OBJ)
+    assert set(rob["p90"]["labels"]) == brute_front(pts, [f"{c}_p90" for c in OBJ])
+    assert set(res.robust_fronts.statistic) <= {"mean", "p90"}
+
+
+def test_same_scenario_same_points():
+    sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1], [2, 2, 1]]}))
+    a = run_sweep(sw, progress=False).points
+    b = run_sweep(sw, progress=False).points
+    pd.testing.assert_series_equal(a.iteration_time_s, b.iteration_time_s)
+    pd.testing.assert_series_equal(a.energy_per_iteration_j, b.energy_per_iteration_j)
+
+
+# ----------------------------------------------------------------------------- NSGA-II
+PSTATES = {1980: 1.08, 1710: 0.915, 1530: 0.83, 1350: 0.765, 1170: 0.72, 990: 0.70,
+           900: 0.70, 810: 0.70}
+
+
+def surrogate(task: RunTask) -> dict:
+    """A cheap cost model of 64 devices (alpha-beta communication, pipeline bubble, C V^2 f
+    power): a realistic landscape for the optimizer with invalid and out-of-memory regions."""
+    o = task.overrides
+    dp, tp, pp = (o[f"workload.parallelism.{k}"] for k in ("dp", "tp", "pp"))
+    mb, f = o["workload.micro_batch"], o["power.dvfs.frequency_mhz"]
+    gb, n = 256, 64
+    if tp > 8:
+        return {"status": "invalid", "reason": "workload.parallelism.tp: > kv heads"}
+    if gb % (dp * mb):
+        return {"status": "invalid", "reason": "workload.global_batch: not a multiple"}
+    m = gb // (dp * mb)
+    mem = 120.0 / (tp * pp) + 6.0 * mb * pp / tp
+    if mem > 80:
+        return {"status": "infeasible", "reason": f"workload: out of HBM ({mem:.0f} GB)"}
+    slow = 1980 / f
+    t_comp = 1.0 / n * slow * (1 + 0.3 * (tp - 1) / (tp * mb) + 0.2 / mb)
+    t_tp = 0.004 * (tp - 1) / tp * (1 + 0.5 * math.log2(tp))
+    t_bubble = (pp - 1) / m * t_comp
+    t_dp = 0.06 * (dp - 1) / dp / (tp * pp) ** 0.7
+    t = t_comp + t_tp + t_bubble + t_dp
+    util = t_comp / t
+    v = PSTATES[f] / 1.08
+    p_dev = 90 + 560 * util * v ** 2 * (f / 1980) + 40 * v ** 2
+    return {"status": "ok", "reason": "", "iteration_time_s": t,
+            "energy_per_iteration_j": n * p_dev * t, "avg_power_w": n * p_dev,
+            "mfu": 0.4 * util / slow}
+
+
+def surrogate_sweep(**nsga2) -> dict:
+    return {
+        "name": "surrogate",
+        "base": {"name": "b64", "cluster": {"topology": {"kind": "torus2d", "shape": [8, 8]},
+                                            "device": "h100-sxm", "link": "nvlink4"},
+                 "workload": {"model": "llama3.2-1b", "seq_len": 512, "global_batch": 256,
+                              "parallelism": {"dp": 64}}},
+        "space": {"parallelism": "all", "power.dvfs.frequency_mhz": list(PSTATES),
+                  "workload.micro_batch": [1, 2, 4, 8]},
+        "nsga2": {"pop_size": 20, "generations": 15, **nsga2},
+    }
+
+
+@pytest.fixture(scope="module")
+def exhaustive_surrogate():
+    sw = load_sweep(surrogate_sweep())
+    res = run_sweep(sw, method="exhaustive", run_fn=surrogate, progress=False)
+    F = res.fronts["nominal"][OBJ].to_numpy()
+    ref = fr.reference_point([F])
+    return res, ref, fr.hypervolume(F, ref)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_nsga2_reaches_95_percent_of_the_exhaustive_hypervolume(exhaustive_surrogate, seed):
+    ex, ref, hv_ex = exhaustive_surrogate
+    assert ex.meta["space_size"] == 28 * 8 * 4 and len(ex.fronts["nominal"]) >= 8
+    sw = load_sweep(surrogate_sweep(seed=seed))
+    res = run_sweep(sw, method="nsga2", run_fn=surrogate, progress=False)
+    F = res.fronts["nominal"][OBJ].to_numpy()
+    assert fr.hypervolume(F, ref) >= 0.95 * hv_ex
+    assert res.meta["fraction_of_space"]["nominal"] < 0.4
+    # every NSGA-II point is a real point with the exhaustive run's values
+    merged = res.points.merge(ex.points, on="label", suffixes=("", "_ex"))
+    assert len(merged) == len(res.points)
+    ok = merged.status == "ok"
+    assert (merged[ok].iteration_time_s == merged[ok].iteration_time_s_ex).all()
+    conv = res.convergence
+    assert conv.evaluated_points.is_monotonic_increasing
+    assert conv.hv.is_monotonic_increasing  # the archive's front only improves
+
+
+def test_nsga2_same_seed_same_front_and_no_point_run_twice():
+    calls: Counter = Counter()
+
+    def counting(task: RunTask) -> dict:
+        calls[(task.boundary, task.x, task.seed)] += 1
+        return surrogate(task)
+
+    sw = load_sweep(surrogate_sweep(seed=7, generations=10))
+    a = run_sweep(sw, method="nsga2", run_fn=counting, progress=False)
+    assert max(calls.values()) == 1
+    assert sum(calls.values()) == len(a.points)
+    b = run_sweep(sw, method="nsga2", run_fn=surrogate, progress=False)
+    assert list(a.points.label) == list(b.points.label)
+    assert list(a.fronts["nominal"].label) == list(b.fronts["nominal"].label)
+    c = run_sweep(sw, method="nsga2", seed=8, run_fn=surrogate, progress=False)
+    assert list(c.points.label) != list(a.points.label)
+
+
+def test_auto_method_picks_by_space_size():
+    sw = load_sweep(surrogate_sweep())
+    assert sw.method_for("auto") == "nsga2"
+    small = load_sweep(sweep_dict())
+    assert small.method_for("auto") == "exhaustive"
+
+
+def test_errors_in_runs_are_recorded_not_raised():
+    def broken(task: RunTask) -> dict:
+        if task.x[0] == 0:
+            raise RuntimeError("simulated crash")
+        return surrogate(task)
+
+    sw = load_sweep(surrogate_sweep())
+    sw2 = load_sweep({**surrogate_sweep(), "space": {
+        "parallelism": [[64, 1, 1], [32, 2, 1]], "power.dvfs.frequency_mhz": [1980],
+        "workload.micro_batch": [1]}})
+    assert sw.space.size > sw2.space.size
+    res = run_sweep(sw2, run_fn=broken, progress=False)
+    p = res.points.set_index("x")
+    assert p.loc["0-0-0", "status"] == "error" and "simulated crash" in p.loc["0-0-0", "reason"]
+    assert p.loc["1-0-0", "status"] == "ok"
+
+
+def test_run_point_is_a_twin_run():
+    sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1]],
+                                      "power.dvfs.frequency_mhz": [1980]}))
+    x = (0, 0)
+    row = run_point(RunTask("nominal", x, None, sw.base, sw.overrides("nominal", x, None)))
+    from twin.api import load_scenario, run
+
+    direct = run(load_scenario(sw.base, sw.overrides("nominal", x, None))).summary
+    assert row["status"] == "ok"
+    assert row["iteration_time_s"] == direct["iteration_time_s"]
+    assert row["time_per_sequence_s"] == pytest.approx(direct["iteration_time_s"] / 8)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_pareto_on_dask(tmp_path, capsys):
+    from twin.cli import main
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump(sweep_dict(space={
+        "parallelism": [[4, 1, 1], [1, 1, 4]], "power.dvfs.frequency_mhz": [1980, 1260]})))
+    out = tmp_path / "out"
+    assert main(["pareto", str(sweep), "-o", str(out), "--workers", "1", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "front:" in text and "points.csv" in text
+    pts = pd.read_csv(out / "points.csv")
+    assert len(pts) == 4 and (pts.status == "ok").all()
+    assert (out / "pareto.png").is_file()
+
+
+def test_cli_resume_reuses_recorded_runs(tmp_path, capsys):
+    from twin.cli import main
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump(sweep_dict(space={
+        "parallelism": [[4, 1, 1], [2, 2, 1]], "power.dvfs.frequency_mhz": [1980, 1260]})))
+    out = tmp_path / "out"
+    args = ["pareto", str(sweep), "-o", str(out), "--workers", "0", "--quiet", "--no-plots"]
+    assert main(args) == 0
+    first = pd.read_csv(out / "points.csv")
+    journal = out / "runs.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 4
+    journal.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])  # torn
+    assert main([*args, "--resume"]) == 0
+    meta = json.loads((out / "report.json").read_text())["meta"]
+    assert meta["resumed_runs"] == 3 and meta["twin_runs"] == 1
+    again = pd.read_csv(out / "points.csv")
+    pd.testing.assert_frame_equal(first.drop(columns="wall_time_s"),
+                                  again.drop(columns="wall_time_s"))
+    # a changed sweep invalidates the recorded runs of the points it changes
+    sweep.write_text(yaml.safe_dump(sweep_dict(
+        space={"parallelism": [[4, 1, 1], [2, 2, 1]], "power.dvfs.frequency_mhz": [1980, 1260]},
+        set={"cluster.link.bandwidth_gbps": 20})))
+    assert main([*args, "--resume"]) == 0
+    meta = json.loads((out / "report.json").read_text())["meta"]
+    assert meta["resumed_runs"] == 0 and meta["twin_runs"] == 4
+    capsys.readouterr()
+
+
+def test_cli_bad_sweep_exits_2(tmp_path, capsys):
+    from twin.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbase: nope.yaml\nspace: {parallelism: all}\n")
+    assert main(["pareto", str(bad), "-o", str(tmp_path / "o")]) == 2
+    assert "base: base scenario file not found" in capsys.readouterr().err
+    assert main(["pareto", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "o")]) == 2
+
+
+def test_cli_help(capsys):
+    from twin.cli import main
+
+    with pytest.raises(SystemExit) as ei:
+        main(["pareto", "--help"])
+    assert ei.value.code == 0
+    assert "--scheduler" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- slow
+@pytest.mark.slow
+def test_nsga2_on_the_real_twin_reaches_95_percent_of_exhaustive():
+    """The small library sweep (60 points, nominal boundary): NSGA-II with a population of 10
+    for 4 generations vs the enumerated front, on identical twin runs."""
+    d = load_sweep(ROOT / "scenarios" / "sweep_small.yaml")
+    spec = d.spec.model_dump()
+    spec["boundary_conditions"] = [{"name": "nominal"}]
+    spec["base"] = str(ROOT / "scenarios" / "quickstart.yaml")
+    spec["nsga2"] = {"pop_size": 10, "generations": 4, "seed": 1}
+    sw = load_sweep(spec)
+    ex = run_sweep(sw, method="exhaustive", progress=False)
+    table = {(r.x): r for _, r in ex.points.iterrows()}
+    runs = {(r.x): r for _, r in ex.runs.iterrows()}
+
+    def replay(task: RunTask) -> dict:
+        return dict(runs["-".join(map(str, task.x))].dropna())
+
+    res = run_sweep(sw, method="nsga2", run_fn=replay, progress=False)
+    F_ex = ex.fronts["nominal"][OBJ].to_numpy()
+    ref = fr.reference_point([F_ex])
+    hv = fr.hypervolume(res.fronts["nominal"][OBJ].to_numpy(), ref)
+    assert hv >= 0.95 * fr.hypervolume(F_ex, ref)
+    assert len(table) == sw.space.size

@@ -1,0 +1,125 @@
+"""How far a run is from three lower bounds, in orders of magnitude (``log10(actual / bound)``).
+
+* **Roofline (compute roof).** No rank can finish an iteration faster than its GEMM FLOPs at
+  the datasheet peak of the run's precision: ``T_roof = max over ranks of FLOPs / peak``
+  (memory traffic is not part of this roof, so it is a floor, not the full roofline time).
+* **Communication.** The bytes the run moved must cross links of finite bandwidth:
+  ``T_link = max over directed links of bytes / capacity`` (for the routes the run used) and
+  ``T_inject = bytes sent / sum of the devices' outgoing link capacity`` (any routing). The
+  bound is the larger of the two.
+* **Landauer.** Erasing one bit costs at least ``k T ln 2`` (``T``: inlet air temperature, the
+  heat bath). Counting assumption: every FLOP's result overwrites one word of the run's
+  precision, so each FLOP erases that many bits; data movement and every other state change are
+  counted as free (reversible). It is therefore a floor for the arithmetic alone, and a
+  reversible computer would not be bound by it.
+
+Input either from a finished simulation (``twin.summary``) or from a trace (``twin limits``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+BOLTZMANN_J_PER_K = 1.380649e-23
+#: Bits per stored word of each precision (tf32 is stored in a 32-bit container).
+BITS_PER_WORD = {"fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp4": 4}
+LANDAUER_ASSUMPTION = (
+    "each FLOP erases one result word of the run's precision (k T ln 2 per bit at the inlet "
+    "air temperature); data movement and other state changes counted as reversible (free)")
+
+
+def _orders(actual: float, bound: float) -> float | None:
+    if bound <= 0 or actual <= 0:
+        return None
+    return math.log10(actual / bound)
+
+
+def compute_limits(iteration_time_s: float, energy_per_iteration_j: float,
+                   rank_flops_per_iteration: np.ndarray, peak_flops: float,
+                   link_bytes_per_iteration: np.ndarray, link_capacity: np.ndarray,
+                   injection_capacity: float, bytes_sent_per_iteration: float,
+                   executed_flops_per_iteration: float, precision: str,
+                   ambient_c: float) -> dict[str, Any]:
+    """The three bounds and the run's distance from them.
+
+    Args:
+        iteration_time_s: mean iteration time of the run, s.
+        energy_per_iteration_j: whole-job energy per iteration, J.
+        rank_flops_per_iteration: GEMM FLOPs of each rank (or rank class) per iteration.
+        peak_flops: datasheet peak of one device at the run's precision, FLOP/s.
+        link_bytes_per_iteration: bytes carried by each directed link per iteration.
+        link_capacity: bandwidth of each directed link, B/s.
+        injection_capacity: sum of the devices' outgoing link bandwidth, B/s.
+        bytes_sent_per_iteration: bytes the devices sent per iteration.
+        executed_flops_per_iteration: FLOPs the whole job executed per iteration.
+        precision: the run's precision.
+        ambient_c: temperature of the heat bath, C.
+    """
+    rank_flops = np.asarray(rank_flops_per_iteration, dtype=float)
+    t_roof = float(rank_flops.max() / peak_flops) if rank_flops.size and peak_flops > 0 else 0.0
+    cap = np.asarray(link_capacity, dtype=float)
+    lb = np.asarray(link_bytes_per_iteration, dtype=float)
+    t_link = float((lb / cap).max()) if cap.size else 0.0
+    t_inj = bytes_sent_per_iteration / injection_capacity if injection_capacity > 0 else 0.0
+    t_comm = max(t_link, t_inj)
+    bits = BITS_PER_WORD[precision]
+    temp_k = ambient_c + 273.15
+    e_bit = BOLTZMANN_J_PER_K * temp_k * math.log(2.0)
+    e_land = executed_flops_per_iteration * bits * e_bit
+    return {
+        "roofline": {"bound_s": t_roof, "actual_s": iteration_time_s,
+                     "orders_of_magnitude": _orders(iteration_time_s, t_roof)},
+        "communication": {"bound_s": t_comm, "link_bound_s": t_link,
+                          "injection_bound_s": t_inj, "actual_s": iteration_time_s,
+                          "orders_of_magnitude": _orders(iteration_time_s, t_comm)},
+        "landauer": {"bound_j": e_land, "actual_j": energy_per_iteration_j,
+                     "orders_of_magnitude": _orders(energy_per_iteration_j, e_land),
+                     "j_per_bit": e_bit, "bits_per_flop": bits, "temperature_k": temp_k,
+                     "assumption": LANDAUER_ASSUMPTION},
+    }
+
+
+def limits_from_trace(path: str | Path) -> dict[str, Any]:
+    """:func:`compute_limits` for a finished trace (needs its ``ops`` and ``links`` tables)."""
+    from twin.trace import read_attrs, read_table
+
+    attrs = read_attrs(path)
+    summ = attrs["summary"]
+    scen = yaml.safe_load(attrs["scenario"])
+    iters = int(summ["iterations"])
+    prec = scen["workload"]["precision"]
+    peak = float(scen["cluster"]["device"]["peak_tflops"][prec]) * 1e12
+    ambient = float(((scen.get("power") or {}).get("thermal") or {}).get("ambient_c", 25.0))
+    ops = read_table(path, "ops")
+    rank_flops = ops.groupby("cls", observed=True)["flops"].sum().to_numpy() / iters
+    links = read_table(path, "links")
+    n_dev = int(summ["devices"])
+    inject = float(links.loc[links["src"] < n_dev, "capacity"].sum())
+    return compute_limits(
+        float(summ["iteration_time_s"]), float(summ["energy_per_iteration_j"]), rank_flops,
+        peak, links["bytes"].to_numpy() / iters, links["capacity"].to_numpy(), inject,
+        float(summ["bytes_sent"]) / iters, float(summ["executed_flops_per_iteration"]), prec,
+        ambient)
+
+
+def format_limits(lim: dict[str, Any]) -> str:
+    """Human-readable report."""
+    lines = []
+    for name, unit, key_b, key_a in (("roofline", "s", "bound_s", "actual_s"),
+                                     ("communication", "s", "bound_s", "actual_s"),
+                                     ("landauer", "J", "bound_j", "actual_j")):
+        d = lim[name]
+        o = d["orders_of_magnitude"]
+        shown = "n/a (no bound)" if o is None else f"{o:.2f} orders of magnitude above"
+        lines.append(f"  {name:<14} bound {d[key_b]:.4g} {unit:<2} actual {d[key_a]:.4g} "
+                     f"{unit:<2} {shown}")
+    c = lim["communication"]
+    lines.append(f"  (communication: busiest link {c['link_bound_s']:.4g} s, injection "
+                 f"{c['injection_bound_s']:.4g} s per iteration)")
+    lines.append(f"  Landauer counting: {lim['landauer']['assumption']}")
+    return "\n".join(lines)
