@@ -46,6 +46,14 @@ class Command:
         raise NotImplementedError
 
 
+def _existing(trace: str) -> Path:
+    """The path of a trace file that must exist (a ScenarioError otherwise)."""
+    path = Path(trace)
+    if not path.is_file():
+        raise ScenarioError(f"trace file not found: {path}")
+    return path
+
+
 def _overrides(args: argparse.Namespace) -> list[str]:
     ov = list(args.set or [])
     if getattr(args, "seed", None) is not None:
@@ -99,9 +107,7 @@ class SummaryCommand(Command):
     def run(self, args):
         from twin.trace import read_attrs
 
-        path = Path(args.trace)
-        if not path.is_file():
-            raise ScenarioError(f"trace file not found: {path}")
+        path = _existing(args.trace)
         try:
             attrs = read_attrs(path)
         except OSError as exc:
@@ -172,9 +178,7 @@ class LimitsCommand(Command):
     def run(self, args):
         from twin.limits import format_limits, limits_from_trace
 
-        path = Path(args.trace)
-        if not path.is_file():
-            raise ScenarioError(f"trace file not found: {path}")
+        path = _existing(args.trace)
         try:
             lim = limits_from_trace(path)
         except (OSError, KeyError) as exc:

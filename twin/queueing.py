@@ -1098,6 +1098,18 @@ def service_distribution(name: str, **params: Any) -> ServiceDistribution:
     return _build(_SERVICE_KINDS, "service-time distribution", _SERVICE_NAMES, name, params, None)
 
 
+def _build_from_spec(kinds, what: str, names: str, spec: Any, path: str):
+    """Shared body of the ``*_from_spec`` factories: ``spec`` must be a mapping with a
+    ``name`` key; the other keys are the parameters."""
+    if not isinstance(spec, Mapping):
+        raise ScenarioError(Problem(path, "must be a mapping with a 'name' key", _short(spec),
+                                    f"one of: {names}"))
+    if "name" not in spec:
+        raise ScenarioError(Problem(f"{path}.name", "is missing", None, f"one of: {names}"))
+    params = {k: v for k, v in spec.items() if k != "name"}
+    return _build(kinds, what, names, spec["name"], params, path)
+
+
 def service_from_spec(spec: Mapping[str, Any], path: str = "service") -> ServiceDistribution:
     """Build a service-time distribution from a mapping such as a scenario YAML section.
 
@@ -1105,23 +1117,8 @@ def service_from_spec(spec: Mapping[str, Any], path: str = "service") -> Service
     inverse of :meth:`ServiceDistribution.to_dict`. Problems are reported under ``path``
     (e.g. ``devices.hbm.service.alpha``).
     """
-    if not isinstance(spec, Mapping):
-        raise ScenarioError(
-            Problem(
-                path,
-                "must be a mapping with a 'name' key",
-                _short(spec),
-                f"one of: {_SERVICE_NAMES}",
-            )
-        )
-    if "name" not in spec:
-        raise ScenarioError(
-            Problem(f"{path}.name", "is missing", None, f"one of: {_SERVICE_NAMES}")
-        )
-    params = {k: v for k, v in spec.items() if k != "name"}
-    return _build(
-        _SERVICE_KINDS, "service-time distribution", _SERVICE_NAMES, spec["name"], params, path
-    )
+    return _build_from_spec(_SERVICE_KINDS, "service-time distribution", _SERVICE_NAMES, spec,
+                            path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1435,21 +1432,7 @@ def arrival_process(name: str, **params: Any) -> ArrivalProcess:
 def arrival_from_spec(spec: Mapping[str, Any], path: str = "arrivals") -> ArrivalProcess:
     """Build an arrival process from ``{"name": "poisson", "rate": 1e6}`` (problems under
     ``path``); the inverse of ``to_dict``."""
-    if not isinstance(spec, Mapping):
-        raise ScenarioError(
-            Problem(
-                path,
-                "must be a mapping with a 'name' key",
-                _short(spec),
-                f"one of: {_ARRIVAL_NAMES}",
-            )
-        )
-    if "name" not in spec:
-        raise ScenarioError(
-            Problem(f"{path}.name", "is missing", None, f"one of: {_ARRIVAL_NAMES}")
-        )
-    params = {k: v for k, v in spec.items() if k != "name"}
-    return _build(_ARRIVAL_KINDS, "arrival process", _ARRIVAL_NAMES, spec["name"], params, path)
+    return _build_from_spec(_ARRIVAL_KINDS, "arrival process", _ARRIVAL_NAMES, spec, path)
 
 
 @dataclass(frozen=True, eq=False)
