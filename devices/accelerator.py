@@ -188,6 +188,9 @@ class Accelerator:
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
+        self.transfers = 0          # communication transfers in flight (the executor counts)
+        self.memory = None          # HBM contention model (devices.memory), None: roofline
+        self.memory_rng: np.random.Generator | None = None  # draws of the memory model
         self.power = setup = power if power is not None else PowerSetup(None, model)
         self.dev = dev = setup.dev
         self.reg = dev.regulator
@@ -251,9 +254,10 @@ class Accelerator:
     def _target(self) -> int:
         return max(self.work_ps, self.cap_ps, self.thermal_ps, self.manager_ps)
 
-    def _block(self, block, ps: int) -> tuple:
+    def _block(self, block, ps: int, mem_scale: float | None = None) -> tuple:
         dev = self.dev
-        c = self.model.block_cost(block, dev.math_scale[ps], self.mem_scale)
+        ms = self.mem_scale if mem_scale is None else mem_scale
+        c = self.model.block_cost(block, dev.math_scale[ps], ms)
         return (c.duration_s, c.gemm_flops, c.compute_j * dev.dyn_scale[ps], c.memory_j, block)
 
     def compute(self, block, iteration: int, mb: int, chunk: int, layer: int):
@@ -270,10 +274,13 @@ class Accelerator:
             yield from self._switch(iteration)
             t0 = env.now
             ps = self.ps
-        key = (id(block), ps, self.mem_scale)
+        ms = self.mem_scale
+        if self.memory is not None:  # HBM contention with the transfers in flight now
+            ms *= self.memory.draw_block(block, self.transfers, self.memory_rng, self.n)
+        key = (id(block), ps, ms)
         c = self._costs.get(key)
         if c is None:
-            c = self._costs[key] = self._block(block, ps)
+            c = self._costs[key] = self._block(block, ps, ms)
         dur, flops, e_dyn, e_mem, _ = c
         dur *= self.slowdown
         if self.jitter_sigma > 0:

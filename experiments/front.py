@@ -196,7 +196,8 @@ def shape_analysis(front: pd.DataFrame, objectives: Sequence[str], params: Seque
         ``nonconvex_segments``, ``convex`` and ``smooth`` (no jump and convex).
     """
     objectives = list(objectives)
-    f = front.sort_values(objectives, kind="mergesort").reset_index(drop=True)
+    f = (front.sort_values(objectives, kind="mergesort").reset_index(drop=True)
+         if len(front) else front)
     if label not in f:
         f[label] = [str(i) for i in range(len(f))]
     n = len(f)

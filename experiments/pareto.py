@@ -56,6 +56,17 @@ SCENARIO_FACTS = ("dp", "tp", "pp", "micro_batch", "global_batch", "microbatches
 
 Key = tuple[str, tuple[int, ...]]
 
+#: Summary flags that qualify a run's numbers, with the value that means "no caveat" and what
+#: the caveat means. A point whose runs disagree (or have the other value) carries the caveat;
+#: the report counts them per boundary condition.
+CAVEATS: dict[str, tuple[bool, str]] = {
+    "memory_variance_infinite": (False, "infinite HBM service variance: mean waits have no "
+                                        "finite limit; the objectives are sample values of "
+                                        "finite runs"),
+    "memory_converged": (True, "the HBM queue's running mean did not settle"),
+    "memory_unstable": (False, "an HBM queue is unstable (load >= 1)"),
+}
+
 
 # ----------------------------------------------------------------------------- one run
 @dataclass(frozen=True)
@@ -617,6 +628,8 @@ def run_sweep(sweep: Sweep, client: Any = None, method: str | None = None,
         "fraction_of_space": {bc: n / sweep.space.size for bc, n in n_eval.items()},
         "twin_runs": cache.twin_runs, "resumed_runs": cache.resumed_runs,
         "nsga2_seed": search_seed if meth == "nsga2" else None,
+        "dead_options": dead_options(sweep, points),
+        "caveats": {bc: caveats(points[points.boundary == bc]) for bc in names},
         "objectives": cols, "status_counts": {
             bc: points[points.boundary == bc].status.value_counts().to_dict() for bc in names},
         "wall_time_s": time.perf_counter() - t0,
@@ -637,6 +650,40 @@ def _cross_evaluate(sweep: Sweep, cache: PointCache) -> None:
         union.update(dict.fromkeys(tuple(map(int, s.split("-"))) for s in f["x"]))
     cache.ensure([(b.name, x) for b in sweep.boundaries for x in union],
                  desc=f"{sweep.spec.name} cross-evaluation")
+
+
+def dead_options(sweep: Sweep, points: pd.DataFrame) -> list[dict[str, Any]]:
+    """Options that could not run in any point where they were tried (at least two points),
+    with the most common reason: usually a mistake in the sweep file (e.g. a clock that is
+    not a P-state), which only running the points can reveal."""
+    out = []
+    for d in sweep.space.dims:
+        if d.name not in points or len(d.options) < 2:
+            continue
+        for opt in d.options:
+            sel = points[points[d.name].astype(str) == str(opt.value)]
+            if len(sel) >= 2 and sel.status.isin(["invalid", "infeasible"]).all():
+                reason = sel.reason.astype(str).str.replace(r"^\d+ of \d+ seeds: ", "",
+                                                            regex=True).mode().iloc[0]
+                out.append({"dimension": d.name, "option": opt.label, "points": len(sel),
+                            "status": sel.status.mode().iloc[0], "reason": reason})
+    return out
+
+
+def caveats(points: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per caveat flag of :data:`CAVEATS`: how many evaluated points carry it, and how many of
+    them are on nothing but ``ok`` runs (JSON-ready)."""
+    out = {}
+    for key, (good, meaning) in CAVEATS.items():
+        if key not in points:
+            continue
+        col = points[key]
+        bad = col.notna() & (col.astype(str) != str(good))
+        if bad.any():
+            out[key] = {"points": int(bad.sum()), "ok_points": int((bad & (points.status == "ok"))
+                                                                   .sum()),
+                        "meaning": meaning}
+    return out
 
 
 def _knee(front: pd.DataFrame, cols: list[str]) -> dict[str, Any] | None:
@@ -688,6 +735,7 @@ def deformation(sweep: Sweep, points: pd.DataFrame, fronts: dict[str, pd.DataFra
                 became[lab] = "not evaluated under this boundary condition"
         entry: dict[str, Any] = {
             "description": sweep.boundary(bc).description,
+            "caveats": caveats(points[points.boundary == bc]),
             "overrides": dict(sweep.boundary(bc).set),
             "front_size": len(f),
             "hv": hv.get(bc, {}).get("hv", 0.0),
@@ -791,8 +839,9 @@ def convergence(sweep: Sweep, traces: dict[str, _Trace],
                 sel = reference[reference.boundary == bc]
             ref_front = sel[cols].to_numpy(dtype=float) if len(sel) else None
         Fs = [f for f in tr.fronts if len(f)] + ([ref_front] if ref_front is not None else [])
-        if not Fs:
-            rows.extend(tr.rows)
+        if not Fs:  # nothing feasible found (yet)
+            rows.extend({**r, "front_size": 0, "hv": 0.0, "hv_norm": math.nan,
+                         "hv_ratio": math.nan} for r in tr.rows)
             continue
         ref = (np.array(sweep.spec.reference_point) if sweep.spec.reference_point
                else fr.reference_point(Fs))
@@ -877,11 +926,16 @@ def format_report(result: ParetoResult) -> str:
              f"{m['method']}, {len(m['boundary_conditions'])} boundary condition(s), "
              f"{len(m['seeds'])} seed(s) per point, {m['twin_runs']} twin runs, "
              f"{m['wall_time_s']:.1f} s"]
+    for dead in m.get("dead_options", []):
+        lines.append(f"note: space.{dead['dimension']} = {dead['option']} was {dead['status']} "
+                     f"in all {dead['points']} points tried: {dead['reason']}")
     for bc, f in result.fronts.items():
         counts = m["status_counts"].get(bc, {})
         n = m["evaluated_points"][bc]
         lines.append(f"[{bc}] {n} points evaluated ({100 * n / m['space_size']:.0f}% of the "
                      f"space): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+        for key, c in m.get("caveats", {}).get(bc, {}).items():
+            lines.append(f"  caveat: {c['points']} point(s) with {key}: {c['meaning']}")
         h = result.hv.get(bc)
         if h:
             lines.append(f"  front: {len(f)} points, hypervolume {h['hv']:.6g} "
@@ -913,12 +967,12 @@ def format_report(result: ParetoResult) -> str:
             if bc == d["baseline"]:
                 continue
             hvc = e["hv_change"]
-            text = f"  {bc}: hypervolume {'n/a' if hvc is None else f'{hvc:+.1%}'}"
+            text = f"  {bc}: hypervolume {'n/a' if hvc is None else pct(hvc)}"
             if e.get("knee"):
                 rel = e.get("knee_shift_rel") or {}
                 where = (f"moved to {e['knee']['label']!r}" if e.get("knee_moved")
                          else "same point")
-                shift = ", ".join(f"{c} {v:+.1%}" for c, v in rel.items() if v is not None)
+                shift = ", ".join(f"{c} {pct(v)}" for c, v in rel.items() if v is not None)
                 text += f"; knee {where} ({shift})"
             lines.append(text)
             if e["left"]:
@@ -948,6 +1002,11 @@ def format_report(result: ParetoResult) -> str:
                 text += f", hypervolume {last.hv_ratio:.1%} of the reference front's"
             lines.append(text)
     return "\n".join(lines)
+
+
+def pct(v: float) -> str:
+    """A relative change as a signed percentage with 3 significant digits (+12.3%, -0.00127%)."""
+    return f"{v * 100:+.3g}%"
 
 
 def _fmt_list(v: Any) -> str:

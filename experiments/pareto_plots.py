@@ -37,6 +37,12 @@ def _save(fig: Figure, out: str | Path) -> Path:
     return out
 
 
+def _legend(ax: Axes, **kw) -> None:
+    """A legend, if anything on the axes has a label."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
 def _axes_labels(ax: Axes, cols: list[str]) -> None:
     ax.set_xlabel(cols[0])
     ax.set_ylabel(cols[1])
@@ -88,8 +94,15 @@ def _zoom(ax: Axes, f: pd.DataFrame, cols: list[str]) -> None:
     best value, in each objective)."""
     if f.empty:
         return
-    for c, setter in zip(cols, (ax.set_xlim, ax.set_ylim), strict=True):
-        lo, hi = float(f[c].min()), float(f[c].max())
+    _zoom_to(ax, f[cols[0]].to_numpy(dtype=float), f[cols[1]].to_numpy(dtype=float))
+
+
+def _zoom_to(ax: Axes, xs: np.ndarray, ys: np.ndarray) -> None:
+    for v, setter in ((xs, ax.set_xlim), (ys, ax.set_ylim)):
+        v = v[np.isfinite(v)]
+        if not len(v):
+            continue
+        lo, hi = float(v.min()), float(v.max())
         width = max(3 * (hi - lo), 0.1 * abs(lo), 1e-300)
         setter(lo - 0.1 * width, lo + width)
 
@@ -127,7 +140,7 @@ def plot_fronts(result: ParetoResult, out: str | Path) -> Path:
                 ax.set_title(f"{bc}: {len(front)} on the front, "
                              + ", ".join(f"{v} {k}" for k, v in c.items()), fontsize=9)
                 if n == 0 and len(strategies) <= 30:
-                    ax.legend(fontsize=6, ncol=2, title="strategy", title_fontsize=7)
+                    _legend(ax, fontsize=6, ncol=2, title="strategy", title_fontsize=7)
             else:
                 _zoom(ax, front, cols)
                 ax.set_title(f"{bc}: near the front (star: knee)", fontsize=9)
@@ -149,14 +162,14 @@ def plot_deformation(result: ParetoResult, out: str | Path) -> Path:
     for i, (bc, f) in enumerate(result.fronts.items()):
         e = d["boundaries"].get(bc, {})
         hvc = e.get("hv_change")
-        lab = bc if hvc is None or i == 0 else f"{bc} (HV {hvc:+.1%})"
+        lab = bc if hvc is None or i == 0 else f"{bc} (HV {hvc * 100:+.3g}%)"
         _draw_front(ax, f, cols, color=cmap(i % 10), label=lab, annotate=len(allf) <= 2)
     if allf:
         import pandas as pd
 
         _log_if_wide(ax, pd.concat(allf), cols)
     _axes_labels(ax, cols)
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     ax.set_title(f"sweep {result.sweep.spec.name}: fronts under each boundary condition "
                  f"(stars: knees)", fontsize=10)
     return _save(fig, out)
@@ -170,6 +183,7 @@ def plot_robust(result: ParetoResult, out: str | Path) -> Path:
     stats = result.robust["statistics"] if result.robust else ["mean"]
     fig = Figure(figsize=(15, 6), layout="constrained")
     pts = result.points
+    axes, xs, ys = [], [], []
     for j, stat in enumerate(stats):
         ax = fig.add_subplot(1, len(stats), j + 1)
         cols = list(result.sweep.objective_columns("mean" if stat == "mean" else "quantile"))
@@ -181,9 +195,16 @@ def plot_robust(result: ParetoResult, out: str | Path) -> Path:
             f = fr.pareto_front(p, cols)
             _draw_front(ax, f, cols, color=cmap(i % 10), label=b.name,
                         annotate=len(result.sweep.boundaries) == 1)
+            xs.append(f[cols[0]].to_numpy(dtype=float))
+            ys.append(f[cols[1]].to_numpy(dtype=float))
         _axes_labels(ax, cols)
-        ax.legend(fontsize=8)
-        ax.set_title(f"front of the {stat} over {len(result.sweep.seeds)} seeds", fontsize=10)
+        _legend(ax, fontsize=8)
+        ax.set_title(f"front of the {stat} over {len(result.sweep.seeds)} seeds "
+                     f"(same axes; stars: knees)", fontsize=10)
+        axes.append(ax)
+    if xs:  # one zoom for both panels, so the fronts compare by eye
+        for ax in axes:
+            _zoom_to(ax, np.concatenate(xs), np.concatenate(ys))
     return _save(fig, out)
 
 
@@ -201,6 +222,6 @@ def plot_convergence(result: ParetoResult, out: str | Path) -> Path:
     ax.set_ylabel("hypervolume / reference front's" if use_ratio
                   else "hypervolume (fraction of the ideal..reference box)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     ax.set_title(f"sweep {result.sweep.spec.name}: NSGA-II convergence", fontsize=10)
     return _save(fig, out)

@@ -154,6 +154,18 @@ def test_run_point_records_invalid_and_infeasible_points():
     assert list(res.fronts["nominal"]["label"]) == ["dp4-tp1-pp1 precision=bf16 hbm_gb=80"]
 
 
+def test_an_option_that_never_runs_is_pointed_out():
+    sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1], [1, 1, 4]],
+                                      "power.dvfs.frequency_mhz": [1980, 1380]}))
+    res = run_sweep(sw, progress=False)
+    dead = res.meta["dead_options"]
+    assert len(dead) == 1 and dead[0]["option"] == "1380" and dead[0]["points"] == 2
+    assert "power.dvfs.frequency_mhz" in dead[0]["reason"]
+    from experiments.pareto import format_report
+
+    assert "space.power.dvfs.frequency_mhz = 1380 was invalid" in format_report(res)
+
+
 def test_power_cap_constraint_marks_points():
     sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1]],
                                       "power.dvfs.frequency_mhz": [1980, 1530, 1080]}))
@@ -234,6 +246,30 @@ def test_boundary_conditions_deform_the_front(deformed):
     tab = res.deformation_table
     rows = tab[(tab.boundary == "slow-links") & (tab.change == "left")]
     assert sorted(rows.label) == slow["left"]
+
+
+def test_heavy_tailed_hbm_service_is_flagged_not_passed_off_as_finite():
+    """memory.service Pareto alpha 1.8 (infinite variance): the twin says its mean waits have
+    no finite limit; the sweep carries that into points.csv and the report."""
+    from experiments.pareto import format_report
+
+    sw = load_sweep(sweep_dict(
+        space={"parallelism": [[4, 1, 1]], "power.dvfs.frequency_mhz": [1980, 1260]},
+        boundary_conditions=[
+            {"name": "nominal"},
+            {"name": "hbm-pareto-1.8", "set": {"memory.model": "queue",
+                                               "memory.service": {"dist": "pareto",
+                                                                  "alpha": 1.8}}}]))
+    res = run_sweep(sw, progress=False)
+    tail = res.points[res.points.boundary == "hbm-pareto-1.8"]
+    assert tail.memory_variance_infinite.astype(bool).all()
+    assert not res.points[res.points.boundary == "nominal"].memory_variance_infinite.any()
+    cav = res.meta["caveats"]
+    assert cav["nominal"] == {} and cav["hbm-pareto-1.8"]["memory_variance_infinite"][
+        "points"] == 2
+    assert "memory_variance_infinite" in res.deformation["boundaries"]["hbm-pareto-1.8"][
+        "caveats"]
+    assert "caveat: 2 point(s) with memory_variance_infinite" in format_report(res)
 
 
 def test_outputs_are_written(deformed, tmp_path):
@@ -373,6 +409,23 @@ def test_nsga2_same_seed_same_front_and_no_point_run_twice():
     assert list(a.fronts["nominal"].label) == list(b.fronts["nominal"].label)
     c = run_sweep(sw, method="nsga2", seed=8, run_fn=surrogate, progress=False)
     assert list(c.points.label) != list(a.points.label)
+
+
+@pytest.mark.parametrize("method", ["exhaustive", "nsga2"])
+def test_a_sweep_where_nothing_runs_still_reports(tmp_path, method):
+    d = surrogate_sweep()
+    d["space"] = {"parallelism": [[64, 1, 1]], "power.dvfs.frequency_mhz": [1980, 1530],
+                  "workload.micro_batch": [1, 2]}  # dp64 does not fit: all infeasible
+    d["boundary_conditions"] = [{"name": "a"}, {"name": "b", "set": {"seed": 3}}]
+    d["robust"] = {"seeds": [1, 2]}
+    res = run_sweep(load_sweep(d), method=method, run_fn=surrogate, progress=False)
+    assert (res.points.status == "infeasible").all()
+    assert all(f.empty for f in res.fronts.values())
+    names = {p.name for p in write_outputs(res, tmp_path)}
+    assert {"points.csv", "pareto.csv", "pareto.png", "report.txt"} <= names
+    text = (tmp_path / "report.txt").read_text()
+    assert "infeasible" in text and "out of HBM" in text  # the reason reaches the report
+    assert res.deformation["boundaries"]["b"]["hv_change"] is None
 
 
 def test_auto_method_picks_by_space_size():

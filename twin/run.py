@@ -16,6 +16,7 @@ import numpy as np
 import twin
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
+from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
 from scenarios.faults import FaultInjector, checkpoint_policy
@@ -59,6 +60,11 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
                                 rngs.get(f"class/{c}"), power,
                                 int(model.layout.class_stage[c]))
                     for c, ranks in enumerate(model.layout.classes)]
+    memory = build_memory_model(scen.memory, scen.cluster.device, scen.cluster.link,
+                                scen.cluster.links_per_edge, rngs.get("memory"))
+    if memory is not None:  # HBM contention: every class draws with its own generator
+        for c, acc in enumerate(accelerators):
+            acc.memory, acc.memory_rng = memory, rngs.get(f"memory/class/{c}")
     if scen.power.manager.budget_w is not None:
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
     job = JobController(env, checkpoint_policy(scen.faults), scen.workload.iterations,

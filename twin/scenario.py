@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError
 
+from devices.memory import DmaSpec, MemorySpec, OpSpec, ServiceSpec
 from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec, Precision
 from scenarios.faults import FaultSpec
@@ -177,6 +178,7 @@ class Scenario(StrictModel):
     network: NetworkSpec = NetworkSpec()
     simulation: SimulationSpec = SimulationSpec()
     power: PowerSpec = PowerSpec()
+    memory: MemorySpec = MemorySpec()
     faults: list[FaultSpec] = []
     trace: TraceSpec = TraceSpec()
 
@@ -222,6 +224,10 @@ def _known_fields() -> dict[str, list[str]]:
         "network": field_names(NetworkSpec),
         "simulation": field_names(SimulationSpec),
         "power": field_names(PowerSpec),
+        "memory": field_names(MemorySpec),
+        "memory.service": field_names(ServiceSpec),
+        "memory.op": field_names(OpSpec),
+        "memory.dma": field_names(DmaSpec),
         "trace": field_names(TraceSpec),
     }
     return known
@@ -397,6 +403,7 @@ def check_consistency(scen: Scenario) -> list[Problem]:
     from devices.power import check_power
 
     problems.extend(check_power(scen.power, dev, par.pp))
+    problems.extend(scen.memory.problems(dev))
     topo_problems = _check_topology(scen)
     problems.extend(topo_problems)
     if not topo_problems:

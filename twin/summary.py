@@ -112,7 +112,17 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "symmetry_used": bool(model.symmetric),
         "rank_classes": len(sizes),
         **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
+        **_memory_keys(ex),
     }
+
+
+def _memory_keys(ex) -> dict[str, Any]:
+    """HBM contention keys (``devices.memory``): mean/max slowdown of the blocks' memory
+    time, and the heavy-tail / stability flags with twin.queueing's warnings."""
+    from devices.memory import roofline_report
+
+    mem = getattr(ex.accelerators[0], "memory", None) if ex.accelerators else None
+    return roofline_report() if mem is None else mem.report()
 
 
 def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: float,

@@ -253,8 +253,13 @@ class Executor:
             self._phase_cache[key] = plan
         phases, dst_classes = plan
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
-        for phase in phases:
-            yield from self.fabric.run_phase(phase, name, cls)
+        ends = (cls, *dst_classes)  # DMA at both ends contends with compute (devices.memory)
+        self._in_flight(ends, 1)
+        try:
+            for phase in phases:
+                yield from self.fabric.run_phase(phase, name, cls)
+        finally:
+            self._in_flight(ends, -1)
         for dst_cls in dst_classes:
             key = (dst_cls, tag)
             ev = self._mail.get(key)
@@ -304,5 +309,16 @@ class Executor:
             phases = collectives.collective_phases(algo, algorithm, groups, nbytes,
                                                    self.layout.topo)
             self._phase_cache[key] = phases
-        for phase in phases:
-            yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
+        ends = parts if kind == "dp" else ()  # TP collectives block the compute stream
+        self._in_flight(ends, 1)
+        try:
+            for phase in phases:
+                yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
+        finally:
+            self._in_flight(ends, -1)
+
+    def _in_flight(self, classes, delta: int) -> None:
+        """Count communication transfers in flight per class: their DMA contends with the
+        class's compute kernels at HBM (``devices.memory``)."""
+        for c in classes:
+            self.accelerators[c].transfers += delta

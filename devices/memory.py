@@ -1,0 +1,762 @@
+"""HBM contention between compute kernels and communication DMA (the ``memory`` section).
+
+While a rank class's communication stream moves data (a gradient all-reduce, a pipeline
+send), the transfer's DMA traffic reads and writes the same HBM that the compute kernels
+stream through. This module turns "``k`` transfers in flight on this device" into a factor
+on a compute block's memory time, with the scenario's ``memory.model``:
+
+``roofline`` (default)
+    Today's behaviour: memory time = bytes / achievable bandwidth, no contention.
+
+``frfcfs``
+    The FR-FCFS controller of :mod:`devices.hbm` (banks, row buffers, refresh) simulates one
+    stack of the device's HBM part (``cluster.device.hbm_type``, ``hbm_stacks`` stacks) with
+    the op's request stream and ``k`` DMA streams (:func:`devices.hbm.effective_bandwidth`).
+
+``queue``
+    The controller as one single-server FIFO queue (:mod:`twin.queueing`, Lindley engine)
+    with a named service-time distribution (``memory.service``).
+
+The op and its memory phase
+---------------------------
+The roofline's memory time of a kernel, ``t_mem = bytes / M``, is the time its data takes at
+the achievable bandwidth ``M = memory_efficiency x peak``. During that phase the op's
+requests arrive at ``M``: its utilization of the *peak* bandwidth is
+``op_load = memory.op.load`` (default: the device's ``memory_efficiency``, 0.9 on an H100).
+The peak, not ``M``, is the server's capacity: a memory-bound kernel alone then loads the
+controller to 0.9, a stable queue, and the gap between achievable and peak is the headroom
+concurrent DMA eats. Requests of many SMs (and DMA engines) superpose into a nearly Poisson
+stream (Palm-Khintchine), so both the op's and the DMA's requests arrive as Poisson streams.
+
+DMA streams (how a transfer becomes memory traffic)
+----------------------------------------------------
+One transfer in flight on a device (counted by ``workloads.executor`` per rank class: a
+data-parallel collective on every participating class, a pipeline send on the sending and the
+receiving classes) is one DMA stream of
+``rate = memory.dma.rate_gbps`` or, by default,
+``cluster.link.bandwidth_gbps x efficiency x links_per_edge x memory.dma.hbm_bytes_per_link_byte``
+bytes/s: a ring step sends on one edge and receives on another at the link's injection rate,
+reading the outgoing and writing the incoming bytes (``hbm_bytes_per_link_byte = 2``). A
+one-directional pipeline send touches each end's HBM once, so it is overestimated up to 2x
+(pipeline sends are short next to gradient all-reduces). Its load on the controller is
+``dma_load = rate / peak`` per stream (0.049 for an H100 with 4 NVLink4 links per edge).
+``k`` is read when a block starts and holds for the whole block; ``k > memory.max_streams``
+is clipped (and reported).
+
+Slowdown of one op (both models)
+--------------------------------
+A *batch* is the op's requests, ``n`` of them, at its demanded rate, superposed with ``k``
+DMA streams that last as long as the op's arrivals; the same batch is also simulated alone
+(common random numbers: the op's arrivals and services, and the first ``j`` DMA streams, are
+identical at every ``k >= j``). ``memory.bound`` says what the op's memory time is:
+
+* ``bandwidth`` (default; a streaming kernel): the completion of its last request, relative
+  to running alone: ``s = (last completion - first arrival)_k / (same)_0``;
+* ``latency`` (a kernel with a fixed number of requests in flight, which by Little's law
+  moves ``L / E[sojourn]`` requests per second): ``s = mean sojourn_k / mean sojourn_0``.
+
+The queue model's server is one pseudo-channel: requests interleave evenly over
+``stacks x channels`` pseudo-channels, so each is the same single-server queue carrying
+``1/C`` of every stream; its mean service time is one burst at the channel's share of the
+peak, ``burst_bytes x C / peak`` (1.53 ns on an H100), and an op of ``B`` bytes puts
+``n = B / (burst_bytes x C)`` requests on it. The FR-FCFS model simulates one stack (``n =
+B / (burst_bytes x stacks)``). ``n`` is rounded up to a power of two, at least 16 and at most
+``memory.requests_per_batch`` (4096 by default: large ops are represented by a window of
+that many requests; the fluid part of the slowdown does not depend on ``n``, the queueing
+fluctuation shrinks with it, so the cap errs on the slow side).
+
+Caching and per-op cost
+-----------------------
+Per op class (request count ``n``) and contention level ``k``, ``memory.batches``
+independent batches are simulated once; their slowdowns are the class's empirical
+distribution. Every executed block draws one of them with its rank class's generator
+(``rng.integers``: a dict lookup and one draw per block). Each (class, k) entry has its own
+generator derived from the run's seed and the key, so results do not depend on the order in
+which entries are first needed. A run never recomputes an identical batch.
+
+Heavy tails
+-----------
+For every contention level used, the queue model also runs one long stationary queue
+(``2**18`` requests) through :func:`twin.queueing.analyze_queue`: its status (``converged``,
+``unstable`` for rho >= 1, ``infinite_variance`` for a service tail index <= 2 such as Pareto
+alpha 1.8, ``uncertain_tail``, ``not_settled``), mean wait with standard error, Hill tail
+index and warnings go into the run's summary (``memory_*`` keys). A mean slowdown is then
+labelled a sample mean of this finite run, never a converged value. Note that in the
+``bandwidth`` view a finite batch's completion has a finite mean even for alpha <= 2 (only
+its variance is infinite): the divergence of M/G/1 waits shows up in ``latency``-bound ops.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from twin.errors import Problem, ScenarioError
+from twin.queueing import (
+    PoissonArrivals,
+    ServiceDistribution,
+    analyze_queue,
+    batch_means,
+    fifo_queue,
+    service_from_spec,
+)
+from twin.schema import PositiveFloat, StrictModel
+
+__all__ = [
+    "DmaSpec",
+    "FrfcfsContention",
+    "LevelReport",
+    "MemoryContention",
+    "MemorySpec",
+    "OpSpec",
+    "QueueContention",
+    "ServiceSpec",
+    "SlowdownTable",
+    "build_memory_model",
+    "dma_rate_bytes_per_s",
+    "roofline_report",
+]
+
+Bound = Literal["bandwidth", "latency"]
+ServiceName = Literal["deterministic", "exponential", "erlang", "hyperexponential", "lognormal",
+                      "pareto"]
+
+#: Shape parameters each service distribution takes (its mean is fixed by the HBM part).
+SERVICE_SHAPES: dict[str, tuple[str, ...]] = {
+    "deterministic": (), "exponential": (), "erlang": ("k",), "hyperexponential": ("cov",),
+    "lognormal": ("cov",), "pareto": ("alpha",),
+}
+_SHAPE_ALLOWED = ("deterministic; exponential; erlang with k; hyperexponential with cov >= 1; "
+                  "lognormal with cov; pareto with alpha > 1 (the mean is one burst at the "
+                  "peak per-channel bandwidth, not a key)")
+_MIN_REQUESTS = 16
+_DIAGNOSTIC_REQUESTS = 1 << 18
+
+
+# ============================================================================ scenario schema
+class ServiceSpec(StrictModel):
+    """Service-time distribution of the ``queue`` model (its shape; the mean is fixed)."""
+
+    dist: ServiceName = Field(default="exponential",
+                              description="name of a twin.queueing service distribution")
+    alpha: float | None = Field(default=None, gt=1, allow_inf_nan=False,
+                                description="pareto: tail index (<= 2: infinite variance)")
+    cov: PositiveFloat | None = Field(default=None, description="lognormal, hyperexponential "
+                                                                "(>= 1): coefficient of variation")
+    k: int | None = Field(default=None, ge=1, description="erlang: number of phases")
+
+    def params(self) -> dict[str, Any]:
+        """The shape parameters given, by name."""
+        return {p: getattr(self, p) for p in SERVICE_SHAPES[self.dist]
+                if getattr(self, p) is not None}
+
+    def problems(self, prefix: str = "memory.service") -> list[Problem]:
+        """Missing or superfluous shape parameters and bad values, by field path."""
+        out: list[Problem] = []
+        need = SERVICE_SHAPES[self.dist]
+        for p in ("alpha", "cov", "k"):
+            v = getattr(self, p)
+            if p in need and v is None:
+                out.append(Problem(f"{prefix}.{p}", f"is required by dist {self.dist}", None,
+                                   _SHAPE_ALLOWED))
+            elif p not in need and v is not None:
+                out.append(Problem(f"{prefix}.{p}", f"is not a parameter of dist {self.dist}",
+                                   v, _SHAPE_ALLOWED))
+        if not out:
+            try:
+                self.distribution(1.0, prefix)
+            except ScenarioError as exc:
+                out.extend(exc.problems)
+        return out
+
+    def distribution(self, mean_s: float, path: str = "memory.service") -> ServiceDistribution:
+        """The distribution with mean ``mean_s`` (s)."""
+        return service_from_spec({"name": self.dist, "mean": mean_s, **self.params()}, path)
+
+
+class OpSpec(StrictModel):
+    """The compute op's request stream during its memory phase."""
+
+    load: float | None = Field(
+        default=None, gt=0, le=1, description="utilization of the peak HBM bandwidth by the "
+        "op's memory phase; default: the device's memory_efficiency")
+    read_fraction: float = Field(default=2 / 3, ge=0, le=1, description="frfcfs: share of "
+                                 "reads (two operands read per result written)")
+    row_locality: float = Field(default=0.9, ge=0, lt=1, description="frfcfs: probability "
+                                "that a request stays in the previous request's row")
+
+
+class DmaSpec(StrictModel):
+    """How one communication transfer in flight becomes an HBM request stream."""
+
+    rate_gbps: PositiveFloat | None = Field(
+        default=None, description="HBM traffic of one transfer, GB/s; default: cluster.link "
+        "bandwidth x efficiency x links_per_edge x hbm_bytes_per_link_byte")
+    hbm_bytes_per_link_byte: PositiveFloat = Field(
+        default=2.0, description="HBM bytes per byte on the link per direction (2: the "
+        "outgoing bytes are read, the incoming written)")
+    read_fraction: float = Field(default=0.5, ge=0, le=1, description="frfcfs: share of reads")
+    row_locality: float = Field(default=0.97, ge=0, lt=1, description="frfcfs: probability "
+                                "that a request stays in the previous request's row (bulk "
+                                "copies walk whole rows)")
+
+
+class MemorySpec(StrictModel):
+    """The ``memory`` section: HBM contention between compute and communication."""
+
+    model: Literal["roofline", "frfcfs", "queue"] = Field(
+        default="roofline", description="roofline: no contention; frfcfs: devices.hbm "
+        "controller; queue: single-server FIFO with memory.service")
+    bound: Bound = Field(default="bandwidth", description="bandwidth: memory time = "
+                         "completion of the op's last request; latency: mean request sojourn "
+                         "(Little's law at fixed requests in flight)")
+    service: ServiceSpec = ServiceSpec()
+    op: OpSpec = OpSpec()
+    dma: DmaSpec = DmaSpec()
+    requests_per_batch: int = Field(default=4096, ge=_MIN_REQUESTS, le=1 << 20,
+                                    description="largest op batch simulated, requests")
+    batches: int = Field(default=32, ge=4, le=4096,
+                         description="simulated batches per (op class, k): the empirical "
+                         "distribution ops draw from")
+    max_streams: int = Field(default=16, ge=1, le=256,
+                             description="largest k simulated; more transfers are clipped")
+
+    def problems(self, device, prefix: str = "memory") -> list[Problem]:
+        """Cross-checks with the device (HBM part in the catalog, service parameters)."""
+        out: list[Problem] = []
+        if self.model == "queue":
+            out.extend(self.service.problems(f"{prefix}.service"))
+        if self.model != "roofline":
+            from devices.hbm import hbm_catalog
+
+            cat = hbm_catalog()
+            if device.hbm_type not in cat:
+                out.append(Problem("cluster.device.hbm_type",
+                                   f"memory.model {self.model} needs the device's HBM part in "
+                                   "devices/catalog/hbm", device.hbm_type,
+                                   ", ".join(cat.names())))
+        return out
+
+
+def dma_rate_bytes_per_s(spec: MemorySpec, link, links_per_edge: int) -> float:
+    """HBM traffic of one transfer in flight, bytes/s (see the module docstring)."""
+    if spec.dma.rate_gbps is not None:
+        return spec.dma.rate_gbps * 1e9
+    return link.bytes_per_s * links_per_edge * spec.dma.hbm_bytes_per_link_byte
+
+
+# ============================================================================ results
+@dataclass(frozen=True, eq=False)
+class SlowdownTable:
+    """Empirical slowdowns of one (op class, contention level): one per simulated batch.
+
+    Attributes:
+        n_requests: op requests per batch.
+        k: concurrent DMA streams.
+        samples: slowdown of each batch (dimensionless, >= 1 for the queue model).
+    """
+
+    n_requests: int
+    k: int
+    samples: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        """Mean slowdown over the batches."""
+        return float(self.samples.mean())
+
+    @property
+    def standard_error(self) -> float:
+        """Standard error of :attr:`mean` (batches are independent)."""
+        n = self.samples.size
+        return float(self.samples.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
+
+    def quantile(self, q: float) -> float:
+        """Empirical ``q``-quantile of the slowdown."""
+        return float(np.quantile(self.samples, q))
+
+
+@dataclass(frozen=True)
+class LevelReport:
+    """Diagnostics of one contention level ``k`` (all times in seconds).
+
+    Attributes:
+        k: concurrent DMA streams.
+        rho: offered load on the peak bandwidth, ``op_load + k dma_load``.
+        status: ``converged``, ``unstable`` (rho >= 1), ``infinite_variance``,
+            ``uncertain_tail``, ``not_settled`` (queue model: from
+            :func:`twin.queueing.analyze_queue`); FR-FCFS: ``converged``, ``unstable`` or
+            ``not_settled`` (slowdown standard error above 5%).
+        converged: ``status == "converged"``.
+        variance_infinite: the service variance is infinite (queue model).
+        mean_wait_s: queue model: stationary mean wait of a request at this load (sample
+            mean of the diagnostic run; a limit only if converged); FR-FCFS: mean latency of
+            the op's requests.
+        mean_wait_se_s: its standard error (``inf`` when the limit is infinite).
+        op_mean_wait_s: queue model: mean wait of the op's requests in the diagnostic run
+            (after 10% warm-up); FR-FCFS: as ``mean_wait_s``.
+        op_mean_wait_se_s: its batch-means standard error (20 batches); ``inf`` when the
+            limit is infinite (unstable or infinite variance).
+        tail_index: Hill estimate of the service tail index (queue model; None: FR-FCFS).
+        warnings: reasons the level is not converged.
+    """
+
+    k: int
+    rho: float
+    status: str
+    converged: bool
+    variance_infinite: bool
+    mean_wait_s: float
+    mean_wait_se_s: float
+    op_mean_wait_s: float
+    op_mean_wait_se_s: float
+    tail_index: float | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def unstable(self) -> bool:
+        """The offered load reaches the peak bandwidth (rho >= 1)."""
+        return self.rho >= 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for the summary (non-finite numbers stay ``inf``/``nan``)."""
+        return {"k": self.k, "rho": self.rho, "status": self.status,
+                "converged": self.converged, "variance_infinite": self.variance_infinite,
+                "unstable": self.unstable, "mean_wait_s": self.mean_wait_s,
+                "mean_wait_se_s": self.mean_wait_se_s, "op_mean_wait_s": self.op_mean_wait_s,
+                "op_mean_wait_se_s": self.op_mean_wait_se_s, "tail_index": self.tail_index,
+                "warnings": list(self.warnings)}
+
+
+# ============================================================================ base model
+@dataclass
+class MemoryContention(ABC):
+    """Cached slowdown distributions plus run statistics (abstract base of the two models:
+    they supply :meth:`_simulate` and :meth:`_diagnose`).
+
+    Attributes:
+        op_load: utilization of the peak bandwidth by the op's memory phase.
+        dma_load: utilization of the peak bandwidth by one DMA stream.
+        bytes_per_request: device bytes behind one request of a batch (bytes).
+        bound: ``bandwidth`` or ``latency`` (module docstring).
+        requests_per_batch: largest batch, requests.
+        batches: batches per (op class, k).
+        max_streams: largest k; more are clipped.
+        entropy: root of every batch's generator (one integer from the run's seed).
+    """
+
+    op_load: float
+    dma_load: float
+    bytes_per_request: float
+    bound: Bound = "bandwidth"
+    requests_per_batch: int = 4096
+    batches: int = 32
+    max_streams: int = 16
+    entropy: int = 0
+    name: str = field(default="", init=False)
+    _tables: dict[tuple[int, int], SlowdownTable] = field(default_factory=dict, init=False,
+                                                          repr=False)
+    _bucket: dict[Hashable, int] = field(default_factory=dict, init=False, repr=False)
+    _levels: dict[int, LevelReport] = field(default_factory=dict, init=False, repr=False)
+    _weight: dict[int, float] = field(default_factory=lambda: defaultdict(float), init=False,
+                                      repr=False)
+    _sum: dict[int, float] = field(default_factory=lambda: defaultdict(float), init=False,
+                                   repr=False)
+    _max: float = field(default=1.0, init=False, repr=False)
+    _clipped: float = field(default=0.0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        problems: list[Problem] = []
+        if not 0.0 < self.op_load <= 1.0:
+            problems.append(Problem("memory.op.load", "must be in (0, 1]", self.op_load,
+                                    "a fraction of the peak HBM bandwidth"))
+        if not self.dma_load > 0.0:
+            problems.append(Problem("memory.dma.rate_gbps", "gives no DMA load", self.dma_load,
+                                    "a positive rate"))
+        if self.bound not in ("bandwidth", "latency"):
+            problems.append(Problem("memory.bound", "unknown bound", self.bound,
+                                    "bandwidth, latency"))
+        if self.requests_per_batch < _MIN_REQUESTS:
+            problems.append(Problem("memory.requests_per_batch", "too small",
+                                    self.requests_per_batch, f">= {_MIN_REQUESTS}"))
+        if self.batches < 2:
+            problems.append(Problem("memory.batches", "too few", self.batches, ">= 2"))
+        if problems:
+            raise ScenarioError(problems)
+
+    # ------------------------------------------------------------------ classes and draws
+    def rho(self, k: int) -> float:
+        """Offered load on the peak bandwidth with ``k`` DMA streams."""
+        return self.op_load + k * self.dma_load
+
+    @property
+    def saturation_streams(self) -> float:
+        """Streams at which the offered load reaches the peak: ``(1 - op_load) / dma_load``."""
+        return (1.0 - self.op_load) / self.dma_load
+
+    def requests_for(self, nbytes: float) -> int:
+        """Op class of an op moving ``nbytes``: its batch size in requests (power of two,
+        clipped to ``[16, requests_per_batch]``)."""
+        n = max(1.0, float(nbytes) / self.bytes_per_request)
+        p = 1 << max(0, math.ceil(math.log2(n)))
+        return int(min(self.requests_per_batch, max(_MIN_REQUESTS, p)))
+
+    def table(self, n_requests: int, k: int) -> SlowdownTable:
+        """Slowdown distribution of ``n_requests``-request ops next to ``k`` streams (cached)."""
+        key = (int(n_requests), int(k))
+        tab = self._tables.get(key)
+        if tab is None:
+            if k == 0:
+                samples = np.ones(self.batches)
+            else:
+                samples = np.asarray(self._simulate(key[0], key[1]), dtype=np.float64)
+            samples.setflags(write=False)
+            tab = self._tables[key] = SlowdownTable(key[0], key[1], samples)
+        return tab
+
+    def draw(self, nbytes: float, k: int, rng: np.random.Generator, weight: float = 1.0,
+             key: Hashable | None = None) -> float:
+        """Slowdown of one executed op moving ``nbytes`` next to ``k`` transfers.
+
+        Draws one batch of the op class's cached distribution with ``rng``; records the draw
+        (``weight``: devices the op stands for). ``key`` (e.g. the block's id) caches the op
+        class so ``nbytes`` is not re-classified on every call.
+        """
+        if k > self.max_streams:
+            self._clipped += weight
+            k = self.max_streams
+        self._weight[k] += weight
+        if k <= 0:
+            self._sum[0] += weight
+            return 1.0
+        n = self._bucket.get(key) if key is not None else None
+        if n is None:
+            n = self.requests_for(nbytes)
+            if key is not None:
+                self._bucket[key] = n
+        tab = self._tables.get((n, k))
+        if tab is None:
+            tab = self.table(n, k)
+        s = float(tab.samples[rng.integers(tab.samples.size)])
+        self._sum[k] += weight * s
+        if s > self._max:
+            self._max = s
+        return s
+
+    def draw_block(self, block, k: int, rng: np.random.Generator, weight: float = 1.0) -> float:
+        """:meth:`draw` for a ``workloads.transformer.Block`` (its bytes, cached by id)."""
+        if k <= 0:
+            self._weight[0] += weight
+            self._sum[0] += weight
+            return 1.0
+        n = self._bucket.get(id(block))
+        return self.draw(block.bytes if n is None else 0.0, k, rng, weight, key=id(block))
+
+    # ------------------------------------------------------------------ diagnostics
+    def level(self, k: int) -> LevelReport:
+        """Diagnostics of contention level ``k`` (cached)."""
+        rep = self._levels.get(k)
+        if rep is None:
+            rep = self._levels[k] = self._diagnose(int(k))
+        return rep
+
+    def report(self) -> dict[str, Any]:
+        """Summary keys (``memory_*``) of the draws made so far, with diagnostics per level."""
+        w = sum(self._weight.values())
+        levels = [self.level(k).to_dict() | {
+            "blocks": self._weight[k],
+            "slowdown_mean": self._sum[k] / self._weight[k] if self._weight[k] else 1.0}
+            for k in sorted(self._weight) if self._weight[k] > 0]
+        warnings: list[str] = []
+        for lv in levels:
+            warnings += [f"k={lv['k']} (rho={lv['rho']:.3g}): {m}" for m in lv["warnings"]]
+        if self._clipped:
+            warnings.append(f"{self._clipped:g} block(s) ran next to more than max_streams = "
+                            f"{self.max_streams} transfers and were simulated at k = "
+                            f"{self.max_streams}")
+        converged = all(lv["converged"] for lv in levels)
+        mean = sum(self._sum.values()) / w if w else 1.0
+        contended = sum(v for k, v in self._weight.items() if k > 0)
+        return {
+            "memory_model": self.name,
+            "memory_bound": self.bound,
+            "memory_slowdown_mean": mean,
+            "memory_slowdown_is": ("exact (no block ran next to a transfer)" if not contended
+                                   else "estimate (every contention level converged)"
+                                   if converged else
+                                   "sample mean of this finite run only (not converged)"),
+            "memory_slowdown_max": self._max,
+            "memory_contended_fraction": contended / w if w else 0.0,
+            "memory_max_transfers": max((k for k, v in self._weight.items() if v > 0),
+                                        default=0),
+            "memory_converged": converged,
+            "memory_variance_infinite": any(lv["variance_infinite"] for lv in levels),
+            "memory_unstable": any(lv["unstable"] for lv in levels),
+            "memory_warnings": warnings,
+            "memory_levels": levels,
+        }
+
+    # ------------------------------------------------------------------ per model
+    @abstractmethod
+    def _simulate(self, n: int, k: int) -> list[float]:
+        """Slowdowns of ``batches`` batches of ``n`` op requests next to ``k`` streams."""
+
+    @abstractmethod
+    def _diagnose(self, k: int) -> LevelReport:
+        """Diagnostics of contention level ``k``."""
+
+    def _rng(self, *key: int) -> np.random.Generator:
+        return np.random.Generator(np.random.PCG64(
+            np.random.SeedSequence(self.entropy, spawn_key=tuple(int(x) for x in key))))
+
+
+def roofline_report() -> dict[str, Any]:
+    """The ``memory_*`` summary keys of a run without a contention model."""
+    return {"memory_model": "roofline", "memory_bound": "bandwidth",
+            "memory_slowdown_mean": 1.0, "memory_slowdown_is": "exact (no contention model)",
+            "memory_slowdown_max": 1.0, "memory_contended_fraction": 0.0,
+            "memory_max_transfers": 0, "memory_converged": True,
+            "memory_variance_infinite": False, "memory_unstable": False,
+            "memory_warnings": [], "memory_levels": []}
+
+
+# ============================================================================ queue model
+@dataclass
+class QueueContention(MemoryContention):
+    """Single-server FIFO model of one pseudo-channel (module docstring).
+
+    Attributes:
+        service: service-time distribution with mean :attr:`service_mean_s` (s).
+        diagnostic_requests: requests in each level's stationary diagnostic run.
+    """
+
+    service: ServiceDistribution | None = None
+    diagnostic_requests: int = _DIAGNOSTIC_REQUESTS
+    _alone: dict[tuple[int, int], tuple] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.service is None:
+            raise ScenarioError(Problem("memory.service", "is required by the queue model"))
+        self.name = "queue"
+
+    @property
+    def service_mean_s(self) -> float:
+        """Mean service time of one request, s."""
+        return float(self.service.mean)
+
+    @property
+    def op_rate(self) -> float:
+        """Arrival rate of the op's requests during its memory phase, 1/s."""
+        return self.op_load / self.service_mean_s
+
+    @property
+    def dma_rate(self) -> float:
+        """Arrival rate of one DMA stream's requests, 1/s."""
+        return self.dma_load / self.service_mean_s
+
+    def _op_batch(self, n: int, r: int) -> tuple:
+        """Arrivals, services, alone completion span and alone mean sojourn of batch r."""
+        hit = self._alone.get((n, r))
+        if hit is None:
+            g = self._rng(0, n, r, 0)
+            arr = PoissonArrivals(self.op_rate).sample(g, n)
+            srv = self.service.sample(g, n)
+            res = fifo_queue(arr, srv)
+            dep = res.departures
+            hit = (arr, srv, float(dep.max() - arr[0]), float(res.sojourns.mean()))
+            self._alone[(n, r)] = hit
+        return hit
+
+    def _dma(self, n: int, r: int, j: int, t_end: float) -> tuple[np.ndarray, np.ndarray]:
+        g = self._rng(0, n, r, j)
+        arr = PoissonArrivals(self.dma_rate).sample_until(g, t_end)
+        return arr, self.service.sample(g, arr.size)
+
+    def batch(self, n: int, k: int, r: int) -> tuple[float, np.ndarray]:
+        """Slowdown of batch ``r`` of ``n`` op requests next to ``k`` streams, and the waits
+        of the op's requests (s), in arrival order."""
+        arr, srv, span0, soj0 = self._op_batch(n, r)
+        t_end = float(arr[-1])  # later DMA arrivals never overtake an op request (FIFO)
+        parts_a, parts_s = [arr], [srv]
+        for j in range(1, k + 1):
+            a, s = self._dma(n, r, j, t_end)
+            parts_a.append(a)
+            parts_s.append(s)
+        times = np.concatenate(parts_a)
+        order = np.argsort(times, kind="stable")  # ties: the op first, then stream order
+        res = fifo_queue(times[order], np.concatenate(parts_s)[order])
+        is_op = order < n
+        dep = res.departures[is_op]
+        waits = res.waits[is_op]
+        if self.bound == "bandwidth":
+            s = float(dep.max() - arr[0]) / span0
+        else:
+            s = float(res.sojourns[is_op].mean()) / soj0
+        return s, waits
+
+    def _simulate(self, n: int, k: int) -> list[float]:
+        return [self.batch(n, k, r)[0] for r in range(self.batches)]
+
+    def stationary(self, k: int, n: int, g: np.random.Generator) -> tuple:
+        """One stationary run with ``n`` requests in all at load ``rho(k)`` (empty at 0).
+
+        Returns:
+            (arrival times (s), service times (s), mask of the op's requests, FifoResult).
+        """
+        n_op = max(16, round(n * self.op_load / self.rho(k)))
+        op = PoissonArrivals(self.op_rate).sample(g, n_op)
+        parts = [op] + [PoissonArrivals(self.dma_rate).sample_until(g, float(op[-1]))
+                        for _ in range(k)]
+        times = np.concatenate(parts)
+        order = np.argsort(times, kind="stable")
+        times = times[order]
+        services = self.service.sample(g, times.size)
+        return times, services, order < n_op, fifo_queue(times, services)
+
+    def mean_op_wait(self, k: int, n: int, replication: int) -> float:
+        """Sample mean wait (s) of the op's requests in stationary run ``replication`` of
+        ``n`` requests at level ``k`` (no warm-up dropped; the queue starts empty). For a
+        service tail index <= 2 its expectation grows without bound with ``n``."""
+        *_, is_op, res = self.stationary(k, n, self._rng(2, k, n, replication))
+        return float(res.waits[is_op].mean())
+
+    def _diagnose(self, k: int) -> LevelReport:
+        """One long stationary run at load ``rho(k)``: twin.queueing's verdict."""
+        times, services, is_op, res = self.stationary(k, self.diagnostic_requests,
+                                                      self._rng(1, k))
+        lam = self.op_rate + k * self.dma_rate
+        qa = analyze_queue(times, services, service_distribution=self.service, arrival_rate=lam)
+        op_waits = res.waits[is_op]
+        op_bm = batch_means(op_waits[op_waits.size // 10:], 20)
+        return LevelReport(k=k, rho=self.rho(k), status=qa.status, converged=qa.converged,
+                           variance_infinite=qa.variance_infinite, mean_wait_s=qa.mean_wait,
+                           mean_wait_se_s=qa.mean_wait_se,
+                           op_mean_wait_s=op_bm.mean,
+                           op_mean_wait_se_s=(math.inf if math.isinf(qa.mean_wait_se)
+                                              else op_bm.standard_error),
+                           tail_index=None if qa.hill is None else qa.hill.alpha,
+                           warnings=qa.warnings)
+
+
+# ============================================================================ FR-FCFS model
+@dataclass
+class FrfcfsContention(MemoryContention):
+    """The FR-FCFS controller of :mod:`devices.hbm` on one stack (module docstring).
+
+    Attributes:
+        spec: the HBM stack (``devices.hbm.HbmSpec``).
+        stacks: stacks on the device.
+        op_stream: the op's stream template (rate per stack; ``n_requests`` is set per class).
+        dma_stream: one DMA stream's template (rate per stack).
+    """
+
+    spec: Any = None
+    stacks: int = 1
+    op_stream: Any = None
+    dma_stream: Any = None
+    _alone: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.spec is None or self.op_stream is None or self.dma_stream is None:
+            raise ScenarioError(Problem("memory", "the frfcfs model needs an HBM spec and "
+                                        "stream templates"))
+        self.name = "frfcfs"
+
+    def _streams(self, n: int, k: int):
+        op = replace(self.op_stream, n_requests=n, nbytes=None)
+        ratio = self.dma_stream.rate_bytes_per_s / self.op_stream.rate_bytes_per_s
+        # DMA arrivals cover 3x the op's arrival span, stretched by the fluid bound
+        m = math.ceil(n * ratio * 3.0 * (1.0 + k * ratio)) + 16
+        return op, [replace(self.dma_stream, n_requests=m, nbytes=None)] * k
+
+    def batch(self, n: int, k: int, r: int):
+        """(slowdown, :class:`devices.hbm.EffectiveBandwidth`) of batch ``r``."""
+        from devices.hbm import effective_bandwidth
+
+        op, dma = self._streams(n, k)
+        alone = self._alone.get((n, r))
+        if alone is None:
+            alone = self._alone[(n, r)] = effective_bandwidth(
+                self.spec, self.stacks, op, [], self._rng(0, n, r))
+        if k == 0:
+            return 1.0, alone
+        eb = effective_bandwidth(self.spec, self.stacks, op, dma, self._rng(0, n, r),
+                                 op_alone_bytes_per_s=alone.op_bandwidth_bytes_per_s)
+        if self.bound == "bandwidth":
+            return eb.slowdown, eb
+        return eb.op_mean_latency_s / alone.op_mean_latency_s, eb
+
+    def _simulate(self, n: int, k: int) -> list[float]:
+        return [self.batch(n, k, r)[0] for r in range(self.batches)]
+
+    def _diagnose(self, k: int) -> LevelReport:
+        tabs = [t for (n, kk), t in self._tables.items() if kk == k]
+        n = max((t.n_requests for t in tabs), default=min(self.requests_per_batch, 1024))
+        lat = [self.batch(n, k, r)[1].op_mean_latency_s for r in range(min(self.batches, 8))]
+        rho = self.rho(k)
+        warnings: list[str] = []
+        rel = max((t.standard_error / t.mean for t in tabs if k > 0), default=0.0)
+        if rho >= 1.0:
+            status = "unstable"
+            warnings.append(f"offered load {rho:.3g} of the peak HBM bandwidth >= 1: the op "
+                            "and the DMA streams oversubscribe the memory; slowdowns are "
+                            "finite-batch values")
+        elif rel > 0.05:
+            status = "not_settled"
+            warnings.append(f"slowdown relative standard error {100 * rel:.3g}% > 5% over "
+                            f"{self.batches} batches; raise memory.batches")
+        else:
+            status = "converged"
+        mean_lat = float(np.mean(lat))
+        se = float(np.std(lat, ddof=1) / math.sqrt(len(lat))) if len(lat) > 1 else math.inf
+        return LevelReport(k=k, rho=rho, status=status, converged=status == "converged",
+                           variance_infinite=False, mean_wait_s=mean_lat, mean_wait_se_s=se,
+                           op_mean_wait_s=mean_lat, op_mean_wait_se_s=se, tail_index=None,
+                           warnings=tuple(warnings))
+
+
+# ============================================================================ building
+def build_memory_model(spec: MemorySpec, device, link, links_per_edge: int,
+                       rng: np.random.Generator) -> MemoryContention | None:
+    """The contention model of a run (``None`` for ``roofline``).
+
+    Args:
+        spec: the scenario's ``memory`` section.
+        device: ``cluster.device`` (``devices.spec.DeviceSpec``).
+        link: ``cluster.link`` (``devices.spec.LinkSpec``), for the DMA rate.
+        links_per_edge: ``cluster.links_per_edge``.
+        rng: one integer is drawn from it as the root of every batch's generator.
+    """
+    if spec.model == "roofline":
+        return None
+    from devices.hbm import StreamSpec, load_hbm_spec
+
+    hbm = load_hbm_spec(device.hbm_type)
+    peak = device.hbm_bandwidth_gbps * 1e9  # bytes/s
+    op_load = spec.op.load if spec.op.load is not None else device.memory_efficiency
+    dma = dma_rate_bytes_per_s(spec, link, links_per_edge)
+    common = dict(op_load=op_load, dma_load=dma / peak, bound=spec.bound,
+                  requests_per_batch=spec.requests_per_batch, batches=spec.batches,
+                  max_streams=spec.max_streams, entropy=int(rng.integers(0, 2**63 - 1)))
+    stacks = device.hbm_stacks
+    if spec.model == "queue":
+        channels = hbm.channels * stacks
+        mean_s = hbm.burst_bytes * channels / peak
+        return QueueContention(bytes_per_request=float(hbm.burst_bytes * channels),
+                               service=spec.service.distribution(mean_s), **common)
+    op = StreamSpec(n_requests=1, arrival="poisson", rate_bytes_per_s=op_load * peak / stacks,
+                    read_fraction=spec.op.read_fraction, row_locality=spec.op.row_locality)
+    dstream = StreamSpec(n_requests=1, arrival="poisson", rate_bytes_per_s=dma / stacks,
+                         read_fraction=spec.dma.read_fraction,
+                         row_locality=spec.dma.row_locality, interleave="random")
+    return FrfcfsContention(bytes_per_request=float(hbm.burst_bytes * stacks), spec=hbm,
+                            stacks=stacks, op_stream=op, dma_stream=dstream, **common)
