@@ -42,6 +42,12 @@ class _Abort:
 ABORT = _Abort()
 
 
+def _per_device(devices: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct devices, bytes summed per device): safe for ``counter[d] += b``."""
+    uniq, inv = np.unique(devices, return_inverse=True)
+    return uniq, np.bincount(inv, weights=nbytes, minlength=len(uniq))
+
+
 @dataclass(frozen=True, eq=False)
 class Phase:
     """``steps`` rounds; in each, ``src[i]`` sends ``nbytes[i]`` bytes to ``dst[i]``."""
@@ -173,9 +179,9 @@ class Fabric:
             alpha = max((self.step_latency(r) for r in routes), default=0.0)
             hops = max((len(r) for r in routes), default=0)
             key = None
-            sent = (np.asarray(src), total)
-            received = (np.asarray(dst), total)
-        np.add.at(self.bytes_sent, sent[0], sent[1])
+            sent = _per_device(src, total)
+            received = _per_device(dst, total)
+        self.bytes_sent[sent[0]] += sent[1]
         if self.model == "flow":
             tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name,
                                      key=key)
@@ -203,11 +209,52 @@ class Fabric:
                     np.add.at(self.bytes_dropped, dst, total)
                     raise
             hops = box[0]
-        np.add.at(self.bytes_received, received[0], received[1])
+        self.bytes_received[received[0]] += received[1]
         if self.record is not None:
             self.record(MessageRecord(t0, self.env.now, name, owner, len(src), phase.steps,
                                       float(total.sum()), hops, int(src[0]) if len(src) else -1,
                                       int(dst[0]) if len(dst) else -1))
+
+    def start(self, phases: list[Phase], name: str = "", owner: int = -1) -> simpy.Event:
+        """Run ``phases`` one after the other without a SimPy process (flow model, fault-free
+        runs): each transfer's completion starts the next; the event fires after the last.
+
+        Falls back to a process running :meth:`run_phase` in the packet model or when a
+        phase has no route (failures). Not interruptible: runs that can abort use
+        :meth:`run_phase` inside their own processes.
+        """
+        if self.model != "flow" or any(self._plan(ph) is None for ph in phases):
+            def body():
+                for ph in phases:
+                    yield from self.run_phase(ph, name, owner)
+            return self.env.process(body())
+        done = self.env.event()
+        if phases:
+            self._chain(phases, 0, name, owner, done)
+        else:
+            done.succeed()
+        return done
+
+    def _chain(self, phases: list[Phase], i: int, name: str, owner: int,
+               done: simpy.Event) -> None:
+        phase = phases[i]
+        t0 = self.env.now
+        routes, alpha, hops, _pp, total, key, sent, received = self._plan(phase)
+        self.bytes_sent[sent[0]] += sent[1]
+        tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key)
+
+        def finished(_tr: object) -> None:
+            self.bytes_received[received[0]] += received[1]
+            if self.record is not None:
+                src, dst = phase.src, phase.dst
+                self.record(MessageRecord(t0, self.env.now, name, owner, len(src), phase.steps,
+                                          float(total.sum()), hops, int(src[0]), int(dst[0])))
+            if i + 1 < len(phases):
+                self._chain(phases, i + 1, name, owner, done)
+            else:
+                done.succeed()
+
+        tr.on_done.append(finished)
 
     def _plan(self, phase: Phase) -> tuple | None:
         """Routes, per-step alpha, max hops, byte vectors and the flow-engine pattern key of a
@@ -224,13 +271,11 @@ class Fabric:
             return None
         per_pair = np.asarray(phase.nbytes, dtype=float) * np.ones(len(phase.src))
         total = per_pair * phase.steps
-        us, inv = np.unique(phase.src, return_inverse=True)
-        ud, invd = np.unique(phase.dst, return_inverse=True)
         self._plan_serial += 1
         plan = (routes, max((self.step_latency(r) for r in routes), default=0.0),
                 max((len(r) for r in routes), default=0), per_pair, total,
-                (self._plan_serial, failed), (us, np.bincount(inv, weights=total)),
-                (ud, np.bincount(invd, weights=total)))
+                (self._plan_serial, failed), _per_device(phase.src, total),
+                _per_device(phase.dst, total))
         self._plans[phase] = (failed, plan)
         return plan
 

@@ -70,7 +70,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
     job = JobController(env, checkpoint_policy(scen.faults), scen.workload.iterations,
                         network_energy=lambda: float(fabric.link_bytes @ fabric.energy_per_byte))
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
-                        scen.workload.iterations, recorder, job=job)
+                        scen.workload.iterations, recorder, job=job,
+                        chained=not scen.faults and net.model == "flow")
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block

@@ -60,12 +60,15 @@ class Executor:
         job: checkpoint barrier / failure / restart controller (``workloads.job``), or None.
         before_block: called with the class id before every compute block (fault hooks
             that change the class's accelerator, e.g. heavy-tailed HBM service).
+        chained: run tensor-parallel collectives as chained fabric transfers instead of
+            processes (faster; only for runs that nothing can abort or cut off).
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
                  programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
-                 job=None, before_block: Callable[[int], None] | None = None):
+                 job=None, before_block: Callable[[int], None] | None = None,
+                 chained: bool = False):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -83,6 +86,7 @@ class Executor:
         self._groups_cache: dict[tuple[str, int], tuple[np.ndarray, tuple[int, ...]]] = {}
         self.job = job
         self.before_block = before_block
+        self.chained = chained
         self.done = env.event()
         self.epoch = 0
         self._live: set[simpy.Process] = set()
@@ -127,7 +131,10 @@ class Executor:
                     st.tp_s += env.now - t0
                     rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
                 elif op == SEND:
-                    self._spawn(self._send(cls, ins[1], (it, *ins[2]), ins[3]))
+                    if self.chained:
+                        self._send_chained(cls, ins[1], (it, *ins[2]), ins[3])
+                    else:
+                        self._spawn(self._send(cls, ins[1], (it, *ins[2]), ins[3]))
                 elif op == RECV:
                     key = (cls, (it, *ins[2]))
                     ev = self._mail.get(key)
@@ -242,16 +249,29 @@ class Executor:
         self.recorder.op(cls, it, "comm", "dp", "allreduce", bucket, -1, -1, t0, self.env.now,
                          0.0)
 
-    def _send(self, cls: int, direction: int, tag: tuple, nbytes: float):
+    def _p2p_plan(self, cls: int, direction: int, nbytes: float) -> tuple[list, list[int]]:
+        """Phases of a pipeline send and the receiving classes (cached: the same phase objects
+        every time, so the fabric caches their routes)."""
         key = ("p2p", cls, direction, nbytes)
         plan = self._phase_cache.get(key)
-        if plan is None:  # the same phase objects every time: the fabric caches their routes
+        if plan is None:
             ranks, peers = self.layout.peer_ranks(cls, direction)
             dev = self.layout.device
             plan = (collectives.point_to_point(dev[ranks], dev[peers], nbytes),
                     [int(c) for c in np.unique(self.layout.rank_class[peers])])
             self._phase_cache[key] = plan
-        phases, dst_classes = plan
+        return plan
+
+    def _deliver(self, dst_classes: list[int], tag: tuple) -> None:
+        for dst_cls in dst_classes:
+            key = (dst_cls, tag)
+            ev = self._mail.get(key)
+            if ev is None:
+                ev = self._mail[key] = self.env.event()
+            ev.succeed()
+
+    def _send(self, cls: int, direction: int, tag: tuple, nbytes: float):
+        phases, dst_classes = self._p2p_plan(cls, direction, nbytes)
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
         ends = (cls, *dst_classes)  # DMA at both ends contends with compute (devices.memory)
         self._in_flight(ends, 1)
@@ -260,12 +280,20 @@ class Executor:
                 yield from self.fabric.run_phase(phase, name, cls)
         finally:
             self._in_flight(ends, -1)
-        for dst_cls in dst_classes:
-            key = (dst_cls, tag)
-            ev = self._mail.get(key)
-            if ev is None:
-                ev = self._mail[key] = self.env.event()
-            ev.succeed()
+        self._deliver(dst_classes, tag)
+
+    def _send_chained(self, cls: int, direction: int, tag: tuple, nbytes: float) -> None:
+        """:meth:`_send` without a process (runs that nothing can abort)."""
+        phases, dst_classes = self._p2p_plan(cls, direction, nbytes)
+        ends = (cls, *dst_classes)
+        self._in_flight(ends, 1)
+
+        def arrived(_e: object) -> None:
+            self._in_flight(ends, -1)
+            self._deliver(dst_classes, tag)
+
+        name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
+        self.fabric.start(phases, name, cls).callbacks.append(arrived)
 
     def _groups(self, kind: str, cls: int) -> tuple[np.ndarray, tuple[int, ...]]:
         key = (kind, cls)
@@ -280,6 +308,9 @@ class Executor:
         """Event that fires when the collective ``algo`` over ``kind`` groups has finished."""
         gids, parts = self._groups(kind, cls)
         if len(parts) == 1:
+            if self.chained and kind == "tp":  # nothing can abort it: no process needed
+                phases = self._phases(kind, parts, gids, algo, nbytes)
+                return self.fabric.start(phases, f"{kind}_{algo}", cls)
             return self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
         seq_key = (cls, kind)
         seq = self._seq[seq_key]
@@ -296,8 +327,9 @@ class Executor:
             proc.callbacks.append(lambda _e: done.succeed())
         return entry[1]
 
-    def _run_collective(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
-                        nbytes: float, owner: int):
+    def _phases(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
+                nbytes: float) -> list:
+        """The fabric phases of a collective (cached: the same objects every time)."""
         algorithm = self.layout.algorithm(kind)  # ring, bidir_ring, torus2d, ... or auto
         key = (kind, parts, algo, algorithm, nbytes)
         phases = self._phase_cache.get(key)
@@ -309,6 +341,11 @@ class Executor:
             phases = collectives.collective_phases(algo, algorithm, groups, nbytes,
                                                    self.layout.topo)
             self._phase_cache[key] = phases
+        return phases
+
+    def _run_collective(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
+                        nbytes: float, owner: int):
+        phases = self._phases(kind, parts, gids, algo, nbytes)
         ends = parts if kind == "dp" else ()  # TP collectives block the compute stream
         self._in_flight(ends, 1)
         try:
