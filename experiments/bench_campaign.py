@@ -30,7 +30,7 @@ TARGET_EFFICIENCY = 0.90
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "fault_mixed.yaml"
 
 
-WARM_MODULES = ("pyarrow.parquet", "scipy.stats", "h5py", "experiments.campaign", "twin.run",
+WARM_MODULES = ("pyarrow.parquet", "scipy.stats", "h5py", "experiments.campaign", "twin.runner",
                 "twin.scenario", "twin.trace")
 
 
@@ -42,7 +42,7 @@ def _warm() -> None:
 
 def _iterations_for(task_s: float) -> int:
     """Iterations of the scenario that take about ``task_s`` seconds here (one probe run)."""
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     probe = 10

@@ -45,7 +45,7 @@ def scenario_dict(devices: int, trace: bool = False) -> dict:
 
 def measure(devices: int) -> dict:
     """Run one size in this process; wall/CPU seconds, peak RSS and the run's summary."""
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     scen = load_scenario(scenario_dict(devices))

@@ -63,7 +63,7 @@ def write_throughput(rows: int = 1_000_000) -> dict:
 def overhead(devices: int = 64) -> dict:
     """Wall time of the e2e benchmark scenario with all tables vs tracing off."""
     from experiments.bench_e2e import scenario_dict
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     times = {}

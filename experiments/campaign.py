@@ -230,7 +230,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         the record also written to ``record_path``: ids, params, the summary's scalar keys,
         per-iteration times and timing (wall time, worker).
     """
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     t0 = time.perf_counter()

@@ -259,7 +259,7 @@ def test_algorithm_choice_changes_the_run_and_the_phase_cache_key(tmp_path):
     """The same scenario with dp ring vs bidirectional ring: the bidirectional all-reduce is
     faster and moves the same bytes (the algorithm reaches the executor through the Layout,
     and the phase cache keeps the two apart)."""
-    from twin.run import run
+    from twin.runner import run
 
     base = scenario_dict(cluster__topology={"kind": "ring", "shape": [8]},
                          workload__global_batch=8)
@@ -284,7 +284,7 @@ def test_run_gradient_allreduce_matches_the_algorithms_closed_form(cluster, algo
     """End to end: one bucket holding every gradient, nothing else on the links; the DP
     all-reduce of the trace takes the chosen algorithm's alpha-beta time (every algorithm
     here sends 2(p-1) n bytes in all, which gives n)."""
-    from twin.run import run
+    from twin.runner import run
     from twin.trace import read_table
 
     raw = scenario_dict()

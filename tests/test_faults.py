@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import ROOT, scenario_dict
 from twin.errors import ScenarioError
-from twin.run import run
+from twin.runner import run
 from twin.scenario import load_scenario
 from twin.trace import read_table
 
@@ -605,7 +605,7 @@ def test_cooling_failure_raises_the_ambient_for_its_window():
     during the window and the old one after it; their dies end hotter than the others'."""
     from twin.build import build
     from twin.records import Recorder
-    from twin.run import simulate
+    from twin.runner import simulate
 
     d = _scen(faults=[{"kind": "cooling_failure", "devices": [0, 1, 2, 3], "rise_k": 20.0,
                        "time_s": 0.005, "duration_s": 0.1}], workload__iterations=3)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from twin.limits import BOLTZMANN_J_PER_K, compute_limits, limits_from_trace
-from twin.run import run
+from twin.runner import run
 
 
 def test_landauer_per_bit_matches_published_value():

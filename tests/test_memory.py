@@ -212,7 +212,7 @@ OVERLAP = dict(workload__seq_len=2048, workload__micro_batch=4, workload__global
 
 
 def _run(tiny, memory=None, seed=None):
-    from twin.run import run
+    from twin.runner import run
 
     upd = dict(OVERLAP)
     if memory is not None:
@@ -253,7 +253,7 @@ def test_run_is_deterministic_and_seed_dependent(tiny):
 def test_run_frfcfs_and_transfers_balance(tiny):
     from twin.build import build
     from twin.records import Recorder
-    from twin.run import simulate
+    from twin.runner import simulate
 
     scen = tiny(trace={"enabled": False}, memory={"model": "frfcfs", "batches": 8},
                 **OVERLAP)
@@ -265,7 +265,7 @@ def test_run_frfcfs_and_transfers_balance(tiny):
 
 
 def test_hbm_scenarios_check_and_run(tmp_path):
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     files = sorted((ROOT / "scenarios").glob("hbm_*.yaml"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import scenario_dict
-from twin.run import run
+from twin.runner import run
 from twin.scenario import load_scenario
 from twin.trace import read_table
 from workloads.schedules import unit_order

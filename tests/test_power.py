@@ -20,7 +20,7 @@ from devices.spec import DeviceSpec
 from twin.catalogs import catalog
 from twin.errors import InfeasibleConfig, ScenarioError
 from twin.records import Recorder
-from twin.run import run
+from twin.runner import run
 from twin.trace import read_table
 from workloads.spec import ModelSpec
 from workloads.transformer import Block, Kernel, TransformerCosts

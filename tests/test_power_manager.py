@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from twin.run import run
+from twin.runner import run
 from twin.scenario import load_scenario
 from twin.trace import read_table
 

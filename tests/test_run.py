@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from twin.run import run
+from twin.runner import run
 from twin.summary import SUMMARY_KEYS
 from twin.trace import list_tables, read_attrs, read_table
 from workloads import collectives
@@ -195,3 +195,16 @@ def test_run_cli_writes_summary_and_plot(tmp_path, capsys):
     assert "iteration_time_s" in capsys.readouterr().out
     assert main(["summary", str(out), "--json"]) == 0
     assert '"mfu"' in capsys.readouterr().out
+
+
+def test_public_api_after_submodules_are_imported(tiny):
+    """``twin.run`` is the function even after every submodule has been imported (a module
+    named ``twin.run`` would shadow it)."""
+    import importlib
+
+    import twin
+
+    for mod in ("twin.runner", "twin.api", "twin.summary", "twin.validate"):
+        importlib.import_module(mod)
+    assert callable(twin.run) and callable(twin.load_scenario)
+    assert twin.run(tiny()).summary["devices"] == 8

@@ -18,7 +18,7 @@ from devices.thermal import ThermalRC
 from tests.conftest import ROOT
 from twin.catalogs import catalog
 from twin.records import Recorder
-from twin.run import run
+from twin.runner import run
 from twin.trace import read_table
 
 

@@ -370,7 +370,7 @@ def test_dor_link_load_matches_router():
 def test_scenario_of_each_new_kind_runs_and_conserves_bytes(name, net, tmp_path):
     from tests.conftest import ROOT
     from twin.build import build
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     over = [f"network.model={net}", "network.packet_kib=4096", "workload.seq_len=256",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twin.run import RunResult, run
+from twin.runner import RunResult, run
 from twin.scenario import Scenario, load_scenario
 
 __all__ = ["RunResult", "Scenario", "load_scenario", "run"]

@@ -145,7 +145,7 @@ def _pipeline_scenario(pp: int, m: int, schedule: str = "1f1b", v: int = 1):
 def _bubble(scen) -> float:
     from twin.build import build
     from twin.records import Recorder
-    from twin.run import simulate
+    from twin.runner import simulate
 
     class Ops(Recorder):
         def __init__(self):
@@ -180,7 +180,7 @@ def pipeline_bubble() -> list[Row]:
 @check("flops")
 def flops_closed_form() -> list[Row]:
     """Executed GEMM FLOPs of an iteration vs the Narayanan et al. closed form."""
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
     from workloads.transformer import closed_form_flops
 
@@ -209,7 +209,7 @@ def flops_closed_form() -> list[Row]:
 @check("conservation")
 def conservation() -> list[Row]:
     """Bytes sent = received; device energy components = integral of the power segments."""
-    from twin.run import run
+    from twin.runner import run
     from twin.scenario import load_scenario
 
     raw = {"name": "validate-conservation",
@@ -321,7 +321,7 @@ def korthikanti_scenario(model, gpus, tp, pp, v, gb, mb):
 
 
 def _korthikanti(rows_wanted) -> list[Row]:
-    from twin.run import run
+    from twin.runner import run
 
     rows = []
     for model, gpus, tp, pp, v, gb, mb, ref in rows_wanted:
