@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -63,9 +64,9 @@ class Phase:
         return float(np.sum(self.nbytes)) * self.steps
 
 
-@dataclass
-class MessageRecord:
-    """What the fabric reports about one executed phase (one row of the ``messages`` table)."""
+class MessageRecord(NamedTuple):
+    """What the fabric reports about one executed phase (one row of the ``messages`` table,
+    fields in column order)."""
 
     t_start: float
     t_end: float

@@ -43,6 +43,19 @@ def scenario_dict(devices: int, trace: bool = False) -> dict:
     }
 
 
+def _peak_rss_gib() -> float:
+    """Peak resident memory of this process, GiB (``VmHWM``: reset at exec, unlike
+    ``ru_maxrss``, which a child inherits from a large parent)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20  # kB -> GiB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def measure(devices: int) -> dict:
     """Run one size in this process; wall/CPU seconds, peak RSS and the run's summary."""
     from twin.runner import run
@@ -52,7 +65,7 @@ def measure(devices: int) -> dict:
     w0, c0 = time.perf_counter(), time.process_time()
     res = run(scen)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    rss_gib = _peak_rss_gib()
     s = res.summary
     return {"devices": devices, "microbatches": MICROBATCHES, "wall_s": wall, "cpu_s": cpu,
             "peak_rss_gib": rss_gib, "events": s["events"],

@@ -208,3 +208,10 @@ def test_public_api_after_submodules_are_imported(tiny):
         importlib.import_module(mod)
     assert callable(twin.run) and callable(twin.load_scenario)
     assert twin.run(tiny()).summary["devices"] == 8
+
+
+def test_message_record_fields_are_the_messages_columns():
+    from devices.fabric import MessageRecord
+    from twin.recording import MESSAGES_COLUMNS
+
+    assert list(MessageRecord._fields) == list(MESSAGES_COLUMNS)

@@ -33,6 +33,9 @@ class TraceRecorder(Recorder):
         self.ops = writer.table("ops", OPS_COLUMNS, OPS_UNITS) if "ops" in tables else None
         self.msgs = (writer.table("messages", MESSAGES_COLUMNS, MESSAGES_UNITS)
                      if "messages" in tables else None)
+        if self.ops is not None:
+            # the arguments of op() are the ops columns in order: skip one call per row
+            self.op = self.ops.append  # type: ignore[method-assign]
 
     def op(self, cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1, flops) -> None:
         if self.ops is not None:
@@ -41,8 +44,7 @@ class TraceRecorder(Recorder):
     def message(self, m: MessageRecord) -> None:
         """Fabric callback: one finished phase."""
         if self.msgs is not None:
-            self.msgs.append(m.t_start, m.t_end, m.name, m.owner, m.n_pairs, m.steps, m.bytes,
-                             m.max_hops, m.src, m.dst)
+            self.msgs.append(*m)  # a MessageRecord's fields are the columns, in order
 
 
 def write_power_tables(writer: TraceWriter, accelerators: list, tables: set[str]) -> None:
