@@ -581,12 +581,9 @@ class CampaignCommand:
         """Declare the arguments."""
         p.add_argument("campaign", help="campaign YAML file (see README: fault campaigns)")
         p.add_argument("-o", "--output", required=True, help="output directory")
-        g = p.add_mutually_exclusive_group()
-        g.add_argument("--workers", type=int,
-                       help="local Dask worker processes (default: one per core; 0: run in "
-                            "this process without Dask)")
-        g.add_argument("--scheduler", help="address of an existing Dask scheduler "
-                       "(the output directory must be on a file system the workers share)")
+        from experiments.distributed import add_cluster_arguments
+
+        add_cluster_arguments(p)
         p.add_argument("--resume", action="store_true",
                        help="continue a campaign that was stopped: finished runs are kept")
         p.add_argument("--no-plots", action="store_true", help="skip the PNG files")
@@ -594,20 +591,14 @@ class CampaignCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Load, run, write and print; returns the exit code (1 if some run failed)."""
-        camp = load_campaign(args.campaign)
-        if args.workers is not None and args.workers < 0:
-            raise ScenarioError([Problem("--workers", "must be >= 0", args.workers,
-                                         "0 (no Dask) or a number of processes")])
-        n = len(camp.runs)
-        print(f"campaign {camp.spec.name}: {n} runs -> {args.output}")
-        kw = {"resume": args.resume, "progress": not args.quiet, "plots": not args.no_plots}
-        if args.workers == 0:
-            res = run_campaign(camp, args.output, None, **kw)
-        else:
-            from experiments.distributed import dask_client
+        from experiments.distributed import client_from_args
 
-            with dask_client(args.workers, args.scheduler) as client:
-                res = run_campaign(camp, args.output, client, **kw)
+        camp = load_campaign(args.campaign)
+        n = len(camp.runs)
+        kw = {"resume": args.resume, "progress": not args.quiet, "plots": not args.no_plots}
+        with client_from_args(args) as client:
+            print(f"campaign {camp.spec.name}: {n} runs -> {args.output}")
+            res = run_campaign(camp, args.output, client, **kw)
         print(f"ran {res.ran}, kept {res.skipped} finished earlier, {len(res.errors)} failed; "
               f"{len(res.results)} rows in {res.out_dir / 'results.parquet'}")
         for rid, msg in sorted(res.errors.items()):

@@ -7,11 +7,35 @@ can persist each one immediately and never lose finished work.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from tqdm import tqdm
+
+from twin.errors import Problem, ScenarioError
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """``--workers N | --scheduler ADDRESS``, shared by every command that runs on Dask."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--workers", type=int,
+                   help="local Dask worker processes (default: one per core; 0: run in this "
+                        "process without Dask)")
+    g.add_argument("--scheduler", help="address of an existing Dask scheduler (the output "
+                                       "directory must be on a file system the workers share)")
+
+
+def client_from_args(args: argparse.Namespace):
+    """Context manager yielding the Dask client the arguments ask for (None for
+    ``--workers 0``); a negative worker count is a field-named error."""
+    if args.workers is not None and args.workers < 0:
+        raise ScenarioError([Problem("--workers", "must be >= 0", args.workers,
+                                     "0 (no Dask) or a number of processes")])
+    if args.workers == 0:
+        return nullcontext(None)
+    return dask_client(args.workers, args.scheduler)
 
 
 @contextmanager

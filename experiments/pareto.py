@@ -1025,10 +1025,9 @@ class ParetoCommand:
         """Declare the arguments."""
         p.add_argument("sweep", help="sweep YAML file (see README: Pareto sweeps)")
         p.add_argument("-o", "--output", required=True, help="output directory")
-        g = p.add_mutually_exclusive_group()
-        g.add_argument("--workers", type=int, help="local Dask worker processes "
-                       "(default: one per core; 0: run in this process without Dask)")
-        g.add_argument("--scheduler", help="address of an existing Dask scheduler")
+        from experiments.distributed import add_cluster_arguments
+
+        add_cluster_arguments(p)
         p.add_argument("--method", choices=["auto", "exhaustive", "nsga2"],
                        help="search method (default: the sweep file's, else auto)")
         p.add_argument("--seed", type=int, help="NSGA-II seed (default: nsga2.seed)")
@@ -1041,13 +1040,10 @@ class ParetoCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Load, evaluate, write and print; returns the exit code."""
-        from experiments.distributed import dask_client
+        from experiments.distributed import client_from_args
         from experiments.sweep import load_sweep
 
         sweep = load_sweep(args.sweep)
-        if args.workers is not None and args.workers < 0:
-            raise ScenarioError([Problem("--workers", "must be >= 0", args.workers,
-                                         "0 (no Dask) or a number of processes")])
         reference = None
         if args.reference:
             import pandas as pd
@@ -1062,11 +1058,8 @@ class ParetoCommand:
         kw = {"method": args.method, "seed": args.seed, "progress": not args.quiet,
               "reference": reference, "journal": Path(args.output) / "runs.jsonl",
               "resume": args.resume}
-        if args.workers == 0:
-            result = run_sweep(sweep, client=None, **kw)
-        else:
-            with dask_client(workers=args.workers, scheduler=args.scheduler) as client:
-                result = run_sweep(sweep, client=client, **kw)
+        with client_from_args(args) as client:
+            result = run_sweep(sweep, client=client, **kw)
         paths = write_outputs(result, args.output, plots=not args.no_plots)
         print(format_report(result))
         print(f"wrote {len(paths)} files to {args.output}: "
