@@ -11,7 +11,7 @@ Every entry has a ``kind`` (a pydantic discriminated union):
   down (``switched`` topology); traffic goes round through the node's NVSwitch and another
   NIC, or waits.
 * ``accelerator_failure`` - a device dies: the job stops and restarts from its last
-  checkpoint (``workloads.job``); needs a ``checkpoint`` entry.
+  checkpoint (``workloads.job``; the checkpoint policy is the scenario's ``job`` section).
 * ``straggler`` - a device's compute blocks take ``factor`` times longer for a window.
 * ``hbm_degradation`` - a device's memory time is multiplied by ``factor`` for a window, and
   optionally by a heavy-tailed random multiplier drawn for every block (``tail``, any
@@ -19,10 +19,7 @@ Every entry has a ``kind`` (a pydantic discriminated union):
 * ``cooling_failure`` - the inlet air of a device rises by ``rise_k`` kelvin for a window
   (``Accelerator.set_ambient``); the thermal model (``power.thermal``) heats the die, which
   raises leakage power and may throttle the clock.
-* ``checkpoint`` - not a fault: the job's recovery policy (checkpoint interval, write time,
-  restart time). Checkpoints cost their write time in every run.
-
-Timing (every kind but ``link_down``/``link_up``/``checkpoint``): a fixed onset ``time_s``,
+Timing (every kind but ``link_down``/``link_up``): a fixed onset ``time_s``,
 or a failure process ``ttf`` (time to failure, a distribution) that fires again and again; a
 window / repair time ``duration_s`` or ``ttr`` (a distribution); without either, the fault
 is permanent. Targets: one ``device`` / ``link``, a list, or ``all``; every target has its
@@ -49,7 +46,6 @@ from pydantic import Field, ValidationError, WrapValidator, field_validator, mod
 from twin.catalog import Catalog
 from twin.errors import Problem, ScenarioError
 from twin.schema import NonNegativeFloat, PositiveFloat, StrictModel
-from workloads.job import CheckpointPolicy
 
 if TYPE_CHECKING:
     import simpy
@@ -327,8 +323,8 @@ class AcceleratorFailure(_OnDevices):
     @model_validator(mode="after")
     def _no_window(self) -> AcceleratorFailure:
         if self.duration_s is not None or self.ttr is not None:
-            raise ValueError("an accelerator failure has no duration: the job is down for the "
-                             "checkpoint entry's restart_s (a spare replaces the device)")
+            raise ValueError("an accelerator failure has no duration: the job is down for "
+                             "job.restart_s (a spare replaces the device)")
         return self
 
 
@@ -378,27 +374,12 @@ class CoolingFailure(_OnDevices):
     rise_k: PositiveFloat = Field(description="inlet air temperature rise, K")
 
 
-class Checkpoint(StrictModel):
-    """The job's checkpoint / restart policy (not a fault; see ``workloads.job``)."""
-
-    kind: Literal["checkpoint"]
-    interval_iterations: int | None = Field(
-        default=None, ge=1, description="checkpoint after every N iterations (none: never)")
-    write_s: NonNegativeFloat = Field(default=0.0, description="checkpoint write time, s")
-    restart_s: NonNegativeFloat = Field(default=0.0,
-                                        description="failure -> job running again, s")
-
-    def policy(self) -> CheckpointPolicy:
-        """As a ``workloads.job.CheckpointPolicy``."""
-        return CheckpointPolicy(self.interval_iterations, self.write_s, self.restart_s)
-
-
 FAULT_TYPES = (LinkFault, LinkFailure, NicFailure, AcceleratorFailure, Straggler,
-               HbmDegradation, CoolingFailure, Checkpoint)
+               HbmDegradation, CoolingFailure)
 FAULT_KINDS = ("link_down", "link_up", "link_failure", "nic_failure", "accelerator_failure",
-               "straggler", "hbm_degradation", "cooling_failure", "checkpoint")
+               "straggler", "hbm_degradation", "cooling_failure")
 #: Kinds that affect the whole job alike (rank symmetry may stay on).
-JOB_WIDE_KINDS = ("checkpoint", "accelerator_failure")
+JOB_WIDE_KINDS = ("accelerator_failure",)
 
 
 def _strip_tags(value: Any, handler):
@@ -427,7 +408,7 @@ def _strip_tags(value: Any, handler):
 
 FaultSpec = Annotated[
     Union[LinkFault, LinkFailure, NicFailure, AcceleratorFailure, Straggler,  # noqa: UP007
-          HbmDegradation, CoolingFailure, Checkpoint],
+          HbmDegradation, CoolingFailure],
     Field(discriminator="kind"), WrapValidator(_strip_tags)]
 
 
@@ -436,14 +417,6 @@ def _edge(u: int, v: int) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------- queries
-def checkpoint_policy(faults: list) -> CheckpointPolicy:
-    """The job's checkpoint policy (no checkpoints, no restart time without an entry)."""
-    for f in faults:
-        if f.kind == "checkpoint":
-            return f.policy()
-    return CheckpointPolicy()
-
-
 def breaks_symmetry(faults: list) -> bool:
     """Whether some fault tells ranks apart (then every rank is simulated)."""
     return any(f.kind not in JOB_WIDE_KINDS for f in faults)
@@ -470,15 +443,6 @@ def check_faults(faults: list, topo: Topology, thermal: bool = True) -> list[Pro
     problems: list[Problem] = []
     n = topo.n_devices
     graph = topo.graph
-    checkpoints = [i for i, f in enumerate(faults) if f.kind == "checkpoint"]
-    for i in checkpoints[1:]:
-        problems.append(Problem(f"faults.{i}", "a second checkpoint entry", "checkpoint",
-                                "one checkpoint entry per scenario"))
-    if not checkpoints and any(f.kind == "accelerator_failure" for f in faults):
-        problems.append(Problem(
-            "faults", "an accelerator_failure needs the job's checkpoint policy", None,
-            "add {kind: checkpoint, interval_iterations: N, write_s: S, restart_s: R} "
-            "(leave interval_iterations out to restart from iteration 0)"))
     for i, f in enumerate(faults):
         if f.kind == "cooling_failure" and not thermal:
             problems.append(Problem(f"faults.{i}.kind", "a cooling failure needs the thermal "
@@ -566,8 +530,6 @@ class FaultInjector:
         """
         topo = self.fabric.topo
         for i, f in enumerate(self.faults):
-            if f.kind == "checkpoint":
-                continue
             if f.kind in ("link_down", "link_up"):
                 if f.time_s == 0 and f.kind == "link_down":
                     edge = _edge(*f.link)

@@ -23,8 +23,9 @@ def _campaign_file(tmp_path, name="kill", seeds=8, iterations=8, layers=16, **ex
     tmp_path.mkdir(parents=True, exist_ok=True)
     base = scenario_dict(workload__iterations=iterations,
                          workload__model={"base": "llama3.2-1b", "layers": layers})
+    base["job"] = {"checkpoint_interval_iterations": 2, "checkpoint_write_s": 0.005,
+                   "restart_s": 0.02}
     base["faults"] = [
-        {"kind": "checkpoint", "interval_iterations": 2, "write_s": 0.005, "restart_s": 0.02},
         {"kind": "accelerator_failure", "devices": "all",
          "ttf": {"dist": "exponential", "mean_s": 2.0}},
         {"kind": "straggler", "devices": "all", "factor": 1.5,
@@ -108,13 +109,13 @@ def test_kill_midway_then_resume_gives_each_run_once(tmp_path, capsys):
 
 def test_campaign_grid_baseline_tables_and_plots(tmp_path, capsys):
     camp = _campaign_file(tmp_path, name="grid", seeds=3, iterations=4, layers=2,
-                          baseline=True, grid={"faults.2.factor": [1.5, 3.0]}, traces=False)
+                          baseline=True, grid={"faults.1.factor": [1.5, 3.0]}, traces=False)
     out = tmp_path / "g"
     assert main(["campaign", str(camp), "-o", str(out), "--workers", "0", "--quiet"]) == 0
     table = pd.read_parquet(out / "results.parquet")
     assert len(table) == 2 * 2 * 3
     assert set(table.variant) == {"faults", "baseline"}
-    assert sorted(table["faults.2.factor"].unique()) == [1.5, 3.0]
+    assert sorted(table["faults.1.factor"].unique()) == [1.5, 3.0]
     base = table[table.variant == "baseline"]
     assert (base.restarts == 0).all() and (base.availability == 1.0).all()
     assert (table.bytes_sent == table.bytes_received + table.bytes_dropped).all()
@@ -144,7 +145,7 @@ def test_campaign_input_errors_exit_2(tmp_path, capsys):
     camp = _campaign_file(tmp_path, name="valid", seeds=2)
     raw = yaml.safe_load(camp.read_text())
     for change, where in (({"sedes": 3}, "sedes"),
-                          ({"grid": {"faults.2.factor": [-1.0]}}, "faults.2.factor"),
+                          ({"grid": {"faults.1.factor": [-1.0]}}, "faults.1.factor"),
                           ({"base": "missing.yaml"}, "base"),
                           ({"seeds": 0}, "seeds")):
         bad = tmp_path / "bad.yaml"

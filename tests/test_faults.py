@@ -21,9 +21,11 @@ from twin.trace import read_table
 # ----------------------------------------------------------------------------- helpers
 
 
-def _scen(tmp_path=None, faults=(), trace=False, **updates):
+def _scen(tmp_path=None, faults=(), trace=False, job=None, **updates):
     d = scenario_dict(**updates)
     d["faults"] = list(faults)
+    if job is not None:
+        d["job"] = job
     d["trace"] = ({"path": str(tmp_path / f"t{abs(hash(str(faults))) % 10**8}.h5")}
                   if trace else {"enabled": False})
     return d
@@ -39,7 +41,7 @@ def _paths(d):
     return [p.path for p in exc.value.problems]
 
 
-CKPT = {"kind": "checkpoint", "interval_iterations": 2, "write_s": 0.01, "restart_s": 0.05}
+JOB = {"checkpoint_interval_iterations": 2, "checkpoint_write_s": 0.01, "restart_s": 0.05}
 
 
 # ----------------------------------------------------------------------------- schema
@@ -65,7 +67,7 @@ def test_scenario_library_fault_entries_round_trip():
                                                       "catalog": "nope"}}, "faults.0.ttf"),
     ({"kind": "hbm_degradation", "device": 1, "time_s": 0,
       "tail": {"name": "pareto", "alpha": 0.5, "mean": 2}}, "faults.0.tail"),
-    ({"kind": "accelerator_failure", "device": 1, "time_s": 1}, "faults"),
+    ({"kind": "accelerator_failure", "device": 1, "time_s": 1, "duration_s": 2}, "faults.0"),
 ])
 def test_fault_errors_name_the_field(fault, path):
     assert _paths(_scen(faults=[fault])) == [path]
@@ -81,8 +83,25 @@ def test_unknown_kind_and_catalog_name_list_what_is_allowed():
     assert "llama3-gpu" in str(exc.value) and "link-brief" in str(exc.value)
 
 
-def test_two_checkpoint_entries_rejected():
-    assert _paths(_scen(faults=[CKPT, CKPT])) == ["faults.1"]
+def test_failure_without_checkpoints_restarts_from_the_start():
+    """No job section: no checkpoint to fall back on, so the work of every iteration done
+    before the failure is lost and the job runs them again."""
+    clean = _run(_scen(workload__iterations=4)).summary
+    t_f = clean["makespan_s"] * 0.6
+    s = _run(_scen(faults=[{"kind": "accelerator_failure", "device": 2, "time_s": t_f}],
+                   workload__iterations=4)).summary
+    assert s["restarts"] == 1 and s["checkpoints"] == 0
+    assert s["lost_work_s"] == pytest.approx(t_f, rel=1e-9)
+    assert s["makespan_s"] == pytest.approx(clean["makespan_s"] + t_f, rel=1e-9)
+
+
+def test_checkpoint_policy_is_the_job_section_not_a_fault():
+    bad = {"kind": "checkpoint", "interval_iterations": 2}
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(_scen(faults=[bad]))
+    assert exc.value.problems[0].path.startswith("faults.0")
+    assert _paths(_scen(job={**JOB, "checkpoint_write_s": -1})) == ["job.checkpoint_write_s"]
+    assert _paths(_scen(job={**JOB, "interval": 3})) == ["job.interval"]
 
 
 def test_cooling_failure_needs_the_thermal_model():
@@ -152,7 +171,7 @@ def test_checkpoints_cost_their_write_time():
     """Synchronous checkpoints every 2 iterations add exactly n x write_s; the iteration after
     a checkpoint carries it."""
     base = _run(_scen(workload__iterations=6))
-    ck = _run(_scen(faults=[CKPT], workload__iterations=6))
+    ck = _run(_scen(faults=[], job=JOB, workload__iterations=6))
     s0, s1 = base.summary, ck.summary
     assert s1["checkpoints"] == 3 and s1["checkpoint_time_s"] == pytest.approx(0.03)
     assert s1["makespan_s"] == pytest.approx(s0["makespan_s"] + 0.03, rel=1e-12)
@@ -169,23 +188,23 @@ def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
     The thermal model is off here: with it, the work redone after the downtime runs on
     cooler dies (less leakage), so the energy identity holds only to ~1e-4."""
     cool = {"thermal": {"enabled": False}}
-    ck = _run(_scen(faults=[CKPT], workload__iterations=6, power=cool))
+    ck = _run(_scen(faults=[], job=JOB, workload__iterations=6, power=cool))
     t_it = _run(_scen(workload__iterations=1, power=cool)).summary["iteration_time_s"]
-    seg = 2 * t_it + CKPT["write_s"]          # iterations per checkpoint x time + write
+    seg = 2 * t_it + JOB["checkpoint_write_s"]          # iterations per checkpoint x time + write
     t_f = 1.6 * seg                           # inside the second segment
     fail = {"kind": "accelerator_failure", "device": 5, "time_s": t_f}
-    res = _run(_scen(tmp_path, faults=[CKPT, fail], trace=True, workload__iterations=6,
+    res = _run(_scen(tmp_path, job=JOB, faults=[fail], trace=True, workload__iterations=6,
                      power=cool))
     s, s0 = res.summary, ck.summary
     lost = t_f - seg
     assert s["restarts"] == 1 and s["interruptions"] == 1 and s["completed"]
     assert s["lost_work_s"] == pytest.approx(lost, rel=1e-9)
-    assert s["downtime_s"] == pytest.approx(CKPT["restart_s"], rel=1e-9)
-    assert s["makespan_s"] == pytest.approx(s0["makespan_s"] + lost + CKPT["restart_s"],
+    assert s["downtime_s"] == pytest.approx(JOB["restart_s"], rel=1e-9)
+    assert s["makespan_s"] == pytest.approx(s0["makespan_s"] + lost + JOB["restart_s"],
                                             rel=1e-9)
-    assert s["availability"] == pytest.approx(1 - CKPT["restart_s"] / s["makespan_s"])
+    assert s["availability"] == pytest.approx(1 - JOB["restart_s"] / s["makespan_s"])
     assert s["goodput"] == pytest.approx(
-        (s["makespan_s"] - 0.03 - lost - CKPT["restart_s"]) / s["makespan_s"])
+        (s["makespan_s"] - 0.03 - lost - JOB["restart_s"]) / s["makespan_s"])
     # the failed run = the clean run + a replay of the lost window + the downtime
     assert s["energy_j"] - s0["energy_j"] == pytest.approx(s["lost_work_j"] + s["downtime_j"],
                                                            rel=1e-9)
@@ -196,19 +215,19 @@ def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
     faults = read_table(res.trace_path, "faults")
     assert list(zip(faults.kind, faults.action, strict=True)) == [
         ("accelerator_failure", "fail"), ("restart", "resume")]
-    assert faults.time_s.iloc[1] == pytest.approx(t_f + CKPT["restart_s"])
+    assert faults.time_s.iloc[1] == pytest.approx(t_f + JOB["restart_s"])
     # the restart lands on the first iteration redone (iteration 2)
     extra = np.array(res.iteration_times_s) - np.array(ck.iteration_times_s)
-    np.testing.assert_allclose(extra, [0, 0, lost + CKPT["restart_s"], 0, 0, 0], atol=1e-9)
+    np.testing.assert_allclose(extra, [0, 0, lost + JOB["restart_s"], 0, 0, 0], atol=1e-9)
 
 
 def test_failure_during_restart_and_during_checkpoint_write():
     t_it = _run(_scen(workload__iterations=1)).summary["iteration_time_s"]
     seg = 2 * t_it + 0.01
-    ck = _run(_scen(faults=[CKPT], workload__iterations=4)).summary
+    ck = _run(_scen(faults=[], job=JOB, workload__iterations=4)).summary
     # a second failure while the job is down: no more work lost, the restart starts over
     f1, f2 = 0.5 * seg, 0.5 * seg + 0.03
-    s = _run(_scen(faults=[CKPT, {"kind": "accelerator_failure", "device": 1, "time_s": f1},
+    s = _run(_scen(job=JOB, faults=[{"kind": "accelerator_failure", "device": 1, "time_s": f1},
                            {"kind": "accelerator_failure", "device": 2, "time_s": f2}],
                    workload__iterations=4)).summary
     assert (s["failures"], s["interruptions"], s["restarts"]) == (2, 1, 1)
@@ -217,7 +236,7 @@ def test_failure_during_restart_and_during_checkpoint_write():
     assert s["makespan_s"] == pytest.approx(ck["makespan_s"] + f1 + (f2 - f1) + 0.05, rel=1e-9)
     # a failure in the middle of a checkpoint write: the write is lost with the work
     t_f = 2 * t_it + 0.005
-    s = _run(_scen(faults=[CKPT, {"kind": "accelerator_failure", "device": 0, "time_s": t_f}],
+    s = _run(_scen(job=JOB, faults=[{"kind": "accelerator_failure", "device": 0, "time_s": t_f}],
                    workload__iterations=4)).summary
     assert s["lost_work_s"] == pytest.approx(t_f, rel=1e-9)
     assert s["checkpoints"] == 2  # 3 written, the first one never committed
@@ -226,7 +245,7 @@ def test_failure_during_restart_and_during_checkpoint_write():
 
 def test_job_abort_in_packet_mode_conserves_bytes():
     fail = {"kind": "accelerator_failure", "device": 3, "time_s": 0.05}
-    s = _run(_scen(faults=[CKPT, fail], workload__iterations=2,
+    s = _run(_scen(job=JOB, faults=[fail], workload__iterations=2,
                    network={"model": "packet", "packet_kib": 16384})).summary
     assert s["completed"] and s["restarts"] == 1
     assert s["bytes_sent"] == pytest.approx(s["bytes_received"] + s["bytes_dropped"],
@@ -240,13 +259,13 @@ def test_mean_lost_work_agrees_with_renewal_theory(tmp_path):
     interval must contain it (and exclude the naive tau / 2)."""
     from experiments.campaign import load_campaign, run_campaign
 
-    ck = {"kind": "checkpoint", "interval_iterations": 2, "write_s": 0.003, "restart_s": 0.01}
+    job = {"checkpoint_interval_iterations": 2, "checkpoint_write_s": 0.003, "restart_s": 0.01}
     small = {"base": "llama3.2-1b", "layers": 2}   # the theory does not care about the model
-    clean = _run(_scen(faults=[ck], workload__iterations=8, workload__model=small)).summary
+    clean = _run(_scen(job=job, workload__iterations=8, workload__model=small)).summary
     tau = clean["makespan_s"] / 4
     lam = 1.0 / tau                            # lambda tau = 1
-    base = _scen(faults=[ck, {"kind": "accelerator_failure", "devices": "all",
-                              "ttf": {"dist": "exponential", "mean_s": 8 / lam}}],
+    base = _scen(job=job, faults=[{"kind": "accelerator_failure", "devices": "all",
+                                   "ttf": {"dist": "exponential", "mean_s": 8 / lam}}],
                  workload__iterations=8, workload__model=small)
     camp = load_campaign({"name": "renewal", "base": base, "seeds": 40, "baseline": False,
                           "traces": False, "bootstrap": 1000})

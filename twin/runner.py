@@ -19,7 +19,7 @@ from devices.fabric import Fabric
 from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
-from scenarios.faults import FaultInjector, checkpoint_policy
+from scenarios.faults import FaultInjector
 from twin.build import Model, build, stage_compute_blocks
 from twin.engine import Engine
 from twin.recording import TraceRecorder, write_power_tables
@@ -67,7 +67,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
             acc.memory, acc.memory_rng = memory, rngs.get(f"memory/class/{c}")
     if scen.power.manager.budget_w is not None:
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
-    job = JobController(env, checkpoint_policy(scen.faults), scen.workload.iterations,
+    job = JobController(env, scen.job.policy(), scen.workload.iterations,
                         network_energy=lambda: float(fabric.link_bytes @ fabric.energy_per_byte))
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,

@@ -30,6 +30,7 @@ from twin.schema import (
     field_names,
     problems_from_validation,
 )
+from workloads.job import JobSpec
 from workloads.spec import ModelSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults")
@@ -180,6 +181,7 @@ class Scenario(StrictModel):
     power: PowerSpec = PowerSpec()
     memory: MemorySpec = MemorySpec()
     faults: list[FaultSpec] = []
+    job: JobSpec = JobSpec()
     trace: TraceSpec = TraceSpec()
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -480,7 +482,7 @@ def _check_algorithms(scen: Scenario) -> list[Problem]:
 
 
 def _check_faults(scen: Scenario) -> list[Problem]:
-    """Fault targets against the topology, one checkpoint policy (``scenarios.faults``)."""
+    """Fault targets against the topology (``scenarios.faults``)."""
     from scenarios.faults import check_faults
 
     if not scen.faults:

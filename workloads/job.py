@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+from pydantic import Field
+
+from twin.schema import NonNegativeFloat, StrictModel
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,24 @@ class CheckpointPolicy:
     interval_iterations: int | None = None
     write_s: float = 0.0
     restart_s: float = 0.0
+
+
+class JobSpec(StrictModel):
+    """The scenario's ``job`` section: how the job protects its work against failures."""
+
+    checkpoint_interval_iterations: int | None = Field(
+        default=None, ge=1, description="checkpoint after every N iterations (none: never; a "
+                                        "failure then restarts from iteration 0)")
+    checkpoint_write_s: NonNegativeFloat = Field(
+        default=0.0, description="time to write one checkpoint, s (the job stalls)")
+    restart_s: NonNegativeFloat = Field(
+        default=0.0, description="from a failure to the job running again (detection, "
+                                 "replacement, relaunch, checkpoint load), s")
+
+    def policy(self) -> CheckpointPolicy:
+        """As a :class:`CheckpointPolicy`."""
+        return CheckpointPolicy(self.checkpoint_interval_iterations, self.checkpoint_write_s,
+                                self.restart_s)
 
 
 @dataclass(frozen=True)
