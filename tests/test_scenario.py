@@ -194,7 +194,8 @@ def test_cli_subprocess_no_traceback(tmp_path):
     assert "workload.parallelism" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("sub", ["run", "summary", "check", "catalog"])
+@pytest.mark.parametrize("sub", ["run", "summary", "check", "catalog", "limits", "validate",
+                                 "campaign", "pareto"])
 def test_cli_help(sub, capsys):
     with pytest.raises(SystemExit) as exc:
         main([sub, "--help"])
@@ -239,3 +240,11 @@ def test_readme_documents_every_scenario_key():
     for ft in [t for t in fault_types if hasattr(t, "model_fields")] or []:
         missing += [f"faults[].{k}" for k in ft.model_fields if f"`faults[].{k}`" not in readme]
     assert not missing, f"README lacks scenario keys: {missing}"
+
+
+def test_cli_validate_theory_rows(capsys):
+    """`twin validate` on the fast theory checks: every row within its target, exit 0 with
+    --strict."""
+    assert main(["validate", "--only", "collectives", "--only", "flops", "--strict"]) == 0
+    out = capsys.readouterr().out
+    assert "ring allreduce" in out and "within target" in out and "MISS" not in out
