@@ -24,12 +24,29 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def print_summary(summary: dict[str, Any], out=None) -> None:
-    """Human-readable summary: one key per line, SI units in the key names."""
+#: Keys printed by default besides the DESIGN contract keys (the rest with --all / --json).
+HEADLINE_KEYS = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
+                 "pipeline_wait_per_device_s", "dp_wait_per_device_s", "memory_per_device_gb",
+                 "max_link_utilization", "comm_energy_share", "alerts", "availability",
+                 "goodput", "memory_warnings", "symmetry_used")
+
+
+def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:
+    """Human-readable summary, one key per line (SI units in the key names): the DESIGN
+    contract keys and a few headline details, or every key with ``everything``."""
+    from twin.summary import SUMMARY_KEYS
+
     out = out or sys.stdout
-    width = max(len(k) for k in summary)
-    for k, v in summary.items():
-        print(f"  {k:<{width}}  {_fmt(v)}", file=out)
+    if everything:
+        keys = list(summary)
+    else:
+        keys = [k for k in (*SUMMARY_KEYS, *HEADLINE_KEYS) if k in summary]
+    width = max(len(k) for k in keys)
+    for k in keys:
+        print(f"  {k:<{width}}  {_fmt(summary[k])}", file=out)
+    hidden = len(summary) - len(keys)
+    if hidden:
+        print(f"  ({hidden} more keys: --all or --json)", file=out)
 
 
 class Command:
@@ -73,6 +90,7 @@ class RunCommand(Command):
                        help="override any scenario key, e.g. workload.parallelism.dp=4")
         p.add_argument("--plot", help="also write a timeline PNG here")
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
+        p.add_argument("--all", action="store_true", help="print every summary key")
 
     def run(self, args):
         from twin.api import load_scenario, run
@@ -86,7 +104,7 @@ class RunCommand(Command):
                   f"{'x'.join(map(str, scen.cluster.topology.shape))} x {scen.cluster.device.name},"
                   f" {scen.workload.model.name}, dp={scen.workload.parallelism.dp} "
                   f"tp={scen.workload.parallelism.tp} pp={scen.workload.parallelism.pp}")
-            print_summary(result.summary)
+            print_summary(result.summary, everything=args.all)
             if result.trace_path:
                 print(f"trace: {result.trace_path}")
         if args.plot and result.trace_path:
@@ -103,6 +121,7 @@ class SummaryCommand(Command):
     def add_arguments(self, p):
         p.add_argument("trace", help="trace file (.h5)")
         p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument("--all", action="store_true", help="print every summary key")
 
     def run(self, args):
         from twin.trace import read_attrs
@@ -119,7 +138,7 @@ class SummaryCommand(Command):
         else:
             print(f"trace {path} (schema {attrs.get('schema_version')}, twin "
                   f"{attrs.get('twin_version')}, seed {attrs.get('seed')})")
-            print_summary(attrs["summary"])
+            print_summary(attrs["summary"], everything=args.all)
         return 0
 
 
