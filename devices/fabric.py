@@ -170,7 +170,7 @@ class Fabric:
         src, dst = phase.src, phase.dst
         plan = self._plan(phase)
         if plan is not None:
-            routes, alpha, hops, per_pair, total, key, sent, received = plan
+            routes, alpha, hops, per_pair, total, key, sent, received, _row = plan
         else:  # failures disconnect some pair: wait for repairs, no caching
             routes = []
             for a, b in zip(src, dst, strict=True):
@@ -240,16 +240,14 @@ class Fabric:
                done: simpy.Event) -> None:
         phase = phases[i]
         t0 = self.env.now
-        routes, alpha, hops, _pp, total, key, sent, received = self._plan(phase)
+        routes, alpha, _hops, _pp, total, key, sent, received, row = self._plan(phase)
         self.bytes_sent[sent[0]] += sent[1]
         tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key)
 
         def finished(_tr: object) -> None:
             self.bytes_received[received[0]] += received[1]
             if self.record is not None:
-                src, dst = phase.src, phase.dst
-                self.record(MessageRecord(t0, self.env.now, name, owner, len(src), phase.steps,
-                                          float(total.sum()), hops, int(src[0]), int(dst[0])))
+                self.record(MessageRecord(t0, self.env.now, name, owner, *row))
             if i + 1 < len(phases):
                 self._chain(phases, i + 1, name, owner, done)
             else:
@@ -273,10 +271,13 @@ class Fabric:
         per_pair = np.asarray(phase.nbytes, dtype=float) * np.ones(len(phase.src))
         total = per_pair * phase.steps
         self._plan_serial += 1
-        plan = (routes, max((self.step_latency(r) for r in routes), default=0.0),
-                max((len(r) for r in routes), default=0), per_pair, total,
-                (self._plan_serial, failed), _per_device(phase.src, total),
-                _per_device(phase.dst, total))
+        hops = max((len(r) for r in routes), default=0)
+        n = len(phase.src)
+        row = (n, phase.steps, float(total.sum()), hops,  # the static part of its message row
+               int(phase.src[0]) if n else -1, int(phase.dst[0]) if n else -1)
+        plan = (routes, max((self.step_latency(r) for r in routes), default=0.0), hops,
+                per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
+                _per_device(phase.dst, total), row)
         self._plans[phase] = (failed, plan)
         return plan
 
