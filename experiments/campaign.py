@@ -48,7 +48,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from twin.errors import Problem, ScenarioError
-from twin.schema import StrictModel, field_names, problems_from_validation
+from twin.schema import StrictModel, field_names, problems_from_validation, read_yaml
 
 #: Summary keys copied into the results table (scalars; SI units in the names).
 SUMMARY_COLUMNS = (
@@ -134,13 +134,7 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
         raw, where, root = path, "<campaign>", Path.cwd()
     else:
         p = Path(path)
-        if not p.is_file():
-            raise ScenarioError([Problem("", "campaign file not found", str(p),
-                                         "a path to a YAML file")], source=str(p))
-        try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ScenarioError([Problem("", f"malformed YAML: {exc}")], source=str(p)) from None
+        raw = read_yaml(p, "campaign")
         where, root = str(p), p.parent
     if not isinstance(raw, dict):
         raise ScenarioError([Problem("", "a campaign must be a YAML mapping",

@@ -41,7 +41,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from twin.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.schema import StrictModel, field_names, problems_from_validation
+from twin.schema import StrictModel, field_names, problems_from_validation, read_yaml
 
 #: Metrics computed by the sweep from the summary and the scenario (not in the run summary).
 DERIVED_METRICS = ("time_per_sequence_s", "energy_per_sequence_j", "energy_delay_product_js")
@@ -392,13 +392,7 @@ def load_sweep(path: str | Path | dict[str, Any]) -> Sweep:
     else:
         p = Path(path)
         source, here = str(p), p.parent
-        if not p.is_file():
-            raise ScenarioError([Problem("", "sweep file not found", str(p),
-                                         "a path to a YAML file")], source=source)
-        try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ScenarioError([Problem("", f"malformed YAML: {exc}")], source=source) from None
+        raw = read_yaml(p, "sweep")
     if not isinstance(raw, dict):
         raise ScenarioError([Problem("", "a sweep file must be a YAML mapping",
                                      type(raw).__name__, "name, base, space, ...")],

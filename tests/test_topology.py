@@ -53,22 +53,6 @@ def test_dimension_order_takes_shorter_way_on_torus():
     assert xs[:3] == [0, 1, 2]  # x first, then y
 
 
-@given(st.integers(2, 7), st.integers(1, 7), st.data())
-def test_routes_are_connected_and_minimal(nx_, ny, data):
-    kind = data.draw(st.sampled_from(["torus2d", "mesh2d"]))
-    t = build_topology(kind, (nx_, ny), "x")
-    r = Router(t)
-    a = data.draw(st.integers(0, t.n_devices - 1))
-    b = data.draw(st.integers(0, t.n_devices - 1))
-    route = r.route(a, b)
-    node = a
-    for lid in route:
-        assert int(t.link_src[lid]) == node
-        node = int(t.link_dst[lid])
-    assert node == b
-    assert len(route) == nx.shortest_path_length(t.graph, a, b)
-
-
 def test_failed_edge_detour_and_disconnection():
     t = build_topology("mesh2d", (3, 1), "x")
     r = Router(t)

@@ -29,6 +29,7 @@ from twin.schema import (
     StrictModel,
     field_names,
     problems_from_validation,
+    read_yaml,
 )
 from workloads.job import JobSpec
 from workloads.spec import ModelSpec
@@ -367,17 +368,7 @@ def load_scenario(path: str | Path | dict[str, Any],
     if isinstance(path, dict):
         return _build(path, overrides, source="<dict>")
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError([Problem("", "scenario file not found", str(p),
-                                     "a path to a YAML file")], source=str(p))
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError([Problem("", f"malformed YAML{where}: {reason}")],
-                            source=str(p)) from None
+    raw = read_yaml(p, "scenario")
     return _build(raw, overrides, source=str(p))
 
 

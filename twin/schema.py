@@ -6,11 +6,13 @@ immutable after validation, and the field path of any error is reported to the u
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from twin.errors import Problem
+from twin.errors import Problem, ScenarioError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
@@ -66,3 +68,20 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
 def field_names(model: type[BaseModel]) -> list[str]:
     """The keys a model accepts (for 'allowed' hints)."""
     return list(model.model_fields)
+
+
+def read_yaml(path: str | Path, what: str = "scenario") -> Any:
+    """Parse a YAML input file; a missing file or malformed YAML (with line and column) is a
+    :class:`~twin.errors.ScenarioError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError([Problem("", f"{what} file not found", str(p),
+                                     "a path to a YAML file")], source=str(p))
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        reason = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([Problem("", f"malformed YAML{where}: {reason}")],
+                            source=str(p)) from None
