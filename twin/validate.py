@@ -224,21 +224,8 @@ def conservation() -> list[Row]:
 
 
 # ----------------------------------------------------------------------------- published
-def _calibration() -> dict:
-    """``../shared/calibration/calibration.yaml`` if present (source of the reference values)."""
-    from pathlib import Path
-
-    import yaml
-
-    for base in (Path(__file__).resolve().parents[2], Path.cwd().parent, Path.cwd()):
-        f = base / "shared" / "calibration" / "calibration.yaml"
-        if f.is_file():
-            return yaml.safe_load(f.read_text())
-    return {}
-
-
-# Published figures, copied with their sources (shared/calibration/README.md). The file above
-# is read when present so a changed figure shows up; these are the fallback.
+# Published figures (reference values to compare with, not model inputs), copied with their
+# sources from shared/calibration/README.md.
 NCCL_ROWS = [
     # (what, device, link, gpus, nodes, nic, op, reference GB/s, calibrated, source)
     ("8x H100 NVLink all-reduce (ring)", "h100-sxm", "nvlink4-switch", 8, 1, None,
