@@ -48,7 +48,13 @@ import yaml
 from pydantic import Field, ValidationError
 
 from twin.errors import Problem, ScenarioError
-from twin.schema import StrictModel, field_names, problems_from_validation, read_yaml
+from twin.schema import (
+    StrictModel,
+    field_names,
+    problems_from_validation,
+    read_yaml,
+    require_mapping,
+)
 
 #: Summary keys copied into the results table (scalars; SI units in the names).
 SUMMARY_COLUMNS = (
@@ -136,10 +142,7 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
         p = Path(path)
         raw = read_yaml(p, "campaign")
         where, root = str(p), p.parent
-    if not isinstance(raw, dict):
-        raise ScenarioError([Problem("", "a campaign must be a YAML mapping",
-                                     type(raw).__name__, "name, base, seeds, grid, ...")],
-                            source=where)
+    require_mapping(raw, "campaign", "name, base, seeds, grid, ...", where)
     try:
         spec = CampaignSpec.model_validate(raw)
     except ValidationError as exc:

@@ -41,7 +41,13 @@ import yaml
 from pydantic import Field, ValidationError
 
 from twin.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.schema import StrictModel, field_names, problems_from_validation, read_yaml
+from twin.schema import (
+    StrictModel,
+    field_names,
+    problems_from_validation,
+    read_yaml,
+    require_mapping,
+)
 
 #: Metrics computed by the sweep from the summary and the scenario (not in the run summary).
 DERIVED_METRICS = ("time_per_sequence_s", "energy_per_sequence_j", "energy_delay_product_js")
@@ -393,10 +399,7 @@ def load_sweep(path: str | Path | dict[str, Any]) -> Sweep:
         p = Path(path)
         source, here = str(p), p.parent
         raw = read_yaml(p, "sweep")
-    if not isinstance(raw, dict):
-        raise ScenarioError([Problem("", "a sweep file must be a YAML mapping",
-                                     type(raw).__name__, "name, base, space, ...")],
-                            source=source)
+    require_mapping(raw, "sweep file", "name, base, space, ...", source)
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:

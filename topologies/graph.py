@@ -221,6 +221,16 @@ class FatTree:
         return self.leaf(self.rail_of(device), self.leaf_group(self.node_of(device)))
 
 
+def _devices_in_rows(n: int, per_row: int) -> tuple[np.ndarray, nx.Graph]:
+    """Coordinates ``(d % per_row, d // per_row)`` of ``n`` devices and a graph holding them
+    as nodes (role ``device``); the dragonfly's groups and the switched cluster's nodes."""
+    coords = np.stack([np.arange(n) % per_row, np.arange(n) // per_row], axis=1)
+    g = nx.Graph()
+    for d in range(n):
+        g.add_node(d, coord=(int(coords[d, 0]), int(coords[d, 1])), role="device")
+    return coords, g
+
+
 def _add(g: nx.Graph, u: int, v: int, link: str, count: int, dim: int, tier: str) -> None:
     if g.has_edge(u, v):  # a line of 2 on a torus: the wrap link doubles the edge
         g.edges[u, v]["count"] += count
@@ -263,10 +273,7 @@ def _dragonfly(shape: tuple[int, ...], link: str, global_link: str, links_per_ed
                global_links_per_edge: int) -> Topology:
     a, groups = (int(s) for s in shape)
     n = a * groups
-    coords = np.stack([np.arange(n) % a, np.arange(n) // a], axis=1)
-    g = nx.Graph()
-    for d in range(n):
-        g.add_node(d, coord=(int(coords[d, 0]), int(coords[d, 1])), role="device")
+    coords, g = _devices_in_rows(n, a)
     for grp in range(groups):
         for i in range(a):
             for j in range(i + 1, a):
@@ -285,10 +292,7 @@ def _switched(shape: tuple[int, ...], link: str, nic_link: str | None, links_per
               oversubscription: float) -> Topology:
     gpn, nodes = (int(s) for s in shape)
     n = gpn * nodes
-    coords = np.stack([np.arange(n) % gpn, np.arange(n) // gpn], axis=1)
-    g = nx.Graph()
-    for d in range(n):
-        g.add_node(d, coord=(int(coords[d, 0]), int(coords[d, 1])), role="device")
+    coords, g = _devices_in_rows(n, gpn)
     nxt = n
     nvswitches: list[int] = []
     if gpn >= 2:

@@ -30,6 +30,7 @@ from twin.schema import (
     field_names,
     problems_from_validation,
     read_yaml,
+    require_mapping,
 )
 from workloads.job import JobSpec
 from workloads.spec import ModelSpec
@@ -317,11 +318,8 @@ def _resolve_refs(raw: dict[str, Any], sources: dict[str, str]) -> list[Problem]
 
 
 def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) -> Scenario:
-    if not isinstance(raw, dict):
-        raise ScenarioError([Problem("", "a scenario must be a YAML mapping",
-                                     type(raw).__name__, "name, seed, cluster, workload, ...")],
-                            source=source)
-    raw = copy.deepcopy(raw)
+    raw = copy.deepcopy(require_mapping(raw, "scenario", "name, seed, cluster, workload, ...",
+                                        source))
     sources: dict[str, str] = {}
     problems = _resolve_refs(raw, sources)
     items = overrides.items() if isinstance(overrides, dict) else [

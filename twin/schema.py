@@ -85,3 +85,12 @@ def read_yaml(path: str | Path, what: str = "scenario") -> Any:
         reason = getattr(exc, "problem", None) or str(exc)
         raise ScenarioError([Problem("", f"malformed YAML{where}: {reason}")],
                             source=str(p)) from None
+
+
+def require_mapping(raw: Any, what: str, allowed: str, source: str) -> dict[str, Any]:
+    """``raw`` if it is a mapping; otherwise a :class:`~twin.errors.ScenarioError` saying
+    that a ``what`` must be one (``allowed``: its top-level keys, for the message)."""
+    if not isinstance(raw, dict):
+        raise ScenarioError([Problem("", f"a {what} must be a YAML mapping",
+                                     type(raw).__name__, allowed)], source=source)
+    return raw
