@@ -33,7 +33,7 @@ import simpy
 
 from devices.power import DevicePower, PowerSetup
 from devices.spec import DeviceSpec
-from twin.records import Recorder
+from twin.kernel.records import Recorder
 
 _CHUNK = 4096  # power segments buffered as tuples before packing into an array
 

@@ -33,7 +33,7 @@ import simpy
 from devices.link import Link, LinkDown
 from devices.spec import LinkSpec
 from topologies.routing import NoRoute
-from twin.flows import FlowNetwork, Transfer
+from twin.kernel.flows import FlowNetwork, Transfer
 
 
 class _Abort:

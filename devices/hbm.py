@@ -108,8 +108,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from twin.catalog import Catalog, CatalogEntry, load_entry
-from twin.errors import Problem, ScenarioError
+from twin.kernel.catalog import Catalog, CatalogEntry, load_entry
+from twin.kernel.errors import Problem, ScenarioError
 
 __all__ = [
     "CATALOG_DIR",

@@ -14,7 +14,7 @@ on a compute block's memory time, with the scenario's ``memory.model``:
     the op's request stream and ``k`` DMA streams (:func:`devices.hbm.effective_bandwidth`).
 
 ``queue``
-    The controller as one single-server FIFO queue (:mod:`twin.queueing`, Lindley engine)
+    The controller as one single-server FIFO queue (:mod:`twin.kernel.queueing`, Lindley engine)
     with a named service-time distribution (``memory.service``).
 
 The op and its memory phase
@@ -77,7 +77,7 @@ which entries are first needed. A run never recomputes an identical batch.
 Heavy tails
 -----------
 For every contention level used, the queue model also runs one long stationary queue
-(``2**18`` requests) through :func:`twin.queueing.analyze_queue`: its status (``converged``,
+(``2**18`` requests) through :func:`twin.kernel.queueing.analyze_queue`: its status (``converged``,
 ``unstable`` for rho >= 1, ``infinite_variance`` for a service tail index <= 2 such as Pareto
 alpha 1.8, ``uncertain_tail``, ``not_settled``), mean wait with standard error, Hill tail
 index and warnings go into the run's summary (``memory_*`` keys). A mean slowdown is then
@@ -98,8 +98,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from twin.errors import Problem, ScenarioError
-from twin.queueing import (
+from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.queueing import (
     PoissonArrivals,
     ServiceDistribution,
     analyze_queue,
@@ -107,7 +107,7 @@ from twin.queueing import (
     fifo_queue,
     service_from_spec,
 )
-from twin.schema import PositiveFloat, StrictModel
+from twin.kernel.schema import PositiveFloat, StrictModel
 
 __all__ = [
     "DmaSpec",
@@ -145,7 +145,7 @@ class ServiceSpec(StrictModel):
     """Service-time distribution of the ``queue`` model (its shape; the mean is fixed)."""
 
     dist: ServiceName = Field(default="exponential",
-                              description="name of a twin.queueing service distribution")
+                              description="name of a twin.kernel.queueing service distribution")
     alpha: float | None = Field(default=None, gt=1, allow_inf_nan=False,
                                 description="pareto: tail index (<= 2: infinite variance)")
     cov: PositiveFloat | None = Field(default=None, description="lognormal, hyperexponential "
@@ -292,7 +292,7 @@ class LevelReport:
         rho: offered load on the peak bandwidth, ``op_load + k dma_load``.
         status: ``converged``, ``unstable`` (rho >= 1), ``infinite_variance``,
             ``uncertain_tail``, ``not_settled`` (queue model: from
-            :func:`twin.queueing.analyze_queue`); FR-FCFS: ``converged``, ``unstable`` or
+            :func:`twin.kernel.queueing.analyze_queue`); FR-FCFS: ``converged``, ``unstable`` or
             ``not_settled`` (slowdown standard error above 5%).
         converged: ``status == "converged"``.
         variance_infinite: the service variance is infinite (queue model).
@@ -629,7 +629,7 @@ class QueueContention(MemoryContention):
         return float(res.waits[is_op].mean())
 
     def _diagnose(self, k: int) -> LevelReport:
-        """One long stationary run at load ``rho(k)``: twin.queueing's verdict."""
+        """One long stationary run at load ``rho(k)``: twin.kernel.queueing's verdict."""
         times, services, is_op, res = self.stationary(k, self.diagnostic_requests,
                                                       self._rng(1, k))
         lam = self.op_rate + k * self.dma_rate

@@ -32,8 +32,8 @@ from pydantic import Field
 
 from devices.regulator import VoltageRegulator
 from devices.thermal import ThermalRC
-from twin.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
+from twin.kernel.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 
 WAIT_KINDS = ("tp", "recv", "dp_wait")
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from twin.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 

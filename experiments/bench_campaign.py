@@ -33,7 +33,7 @@ SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "fault_mixed.y
 
 
 WARM_MODULES = ("pyarrow.parquet", "scipy.stats", "h5py", "experiments.campaign", "twin.runner",
-                "twin.scenario", "twin.trace")
+                "twin.scenario", "twin.kernel.trace")
 
 
 def _warm() -> None:

@@ -6,7 +6,7 @@ times (``sigma = 1.5`` of the log, so ``cov = sqrt(exp(sigma^2) - 1)`` ~ 2.9), m
 few repetitions (``time.perf_counter``), customers per second, the speed ratio to SimPy and
 the largest relative difference of the waits from the plain-Python Lindley loop and from
 SimPy, measured as ``max |w - w_ref| / max(|w_ref|, mean service)``
-(:func:`twin.queueing.max_relative_difference`). SimPy keeps absolute clock times, so its own
+(:func:`twin.kernel.queueing.max_relative_difference`). SimPy keeps absolute clock times, so its own
 waits carry rounding of order ``ulp(t)`` per event (t ~ 2e5 s here): a few 1e-10.
 
 Targets (``DESIGN.md``): Lindley >= 500x a SimPy ``Resource`` queue on identical inputs,
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from twin import queueing
+from twin.kernel import queueing
 
 SIGMA = 1.5  # standard deviation of log(service)
 RHO = 0.9  # utilization

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from twin.kernel.trace import TraceWriter
 from twin.recording import OPS_COLUMNS
-from twin.trace import TraceWriter
 
 ROWS = 3_000_000
 

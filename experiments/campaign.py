@@ -47,8 +47,8 @@ import numpy as np
 import yaml
 from pydantic import Field, ValidationError
 
-from twin.errors import Problem, ScenarioError
-from twin.schema import (
+from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.schema import (
     StrictModel,
     field_names,
     problems_from_validation,
@@ -274,7 +274,7 @@ def _valid_record(path: Path, run_id: str, trace: Path | None) -> dict | None:
         return None
     if trace is not None:
         try:
-            from twin.trace import read_attrs
+            from twin.kernel.trace import read_attrs
 
             if not read_attrs(trace).get("complete"):
                 return None

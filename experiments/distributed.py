@@ -14,7 +14,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from twin.errors import Problem, ScenarioError
+from twin.kernel.errors import Problem, ScenarioError
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:

@@ -102,7 +102,7 @@ def _supports_algorithm(scen) -> bool:
 def run_case(case: Case, kind: str, out: Path) -> dict[str, Any]:
     """Run ``case`` on ``kind`` and return its CSV row (numbers in SI units)."""
     from twin.api import load_scenario, run
-    from twin.trace import read_table
+    from twin.kernel.trace import read_table
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{case.name}-{kind}.h5"

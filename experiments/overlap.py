@@ -47,7 +47,7 @@ Panels (columns of the CSV: ``panel``):
   the contended/alone ratio of the queueing terms to ``rho_k / (1 - rho_k) x (1 - rho_0) /
   rho_0``.
 
-Every point carries twin.queueing's verdict on its stationary queue (``status``,
+Every point carries twin.kernel.queueing's verdict on its stationary queue (``status``,
 ``converged``, ``variance_infinite``, ``unstable`` for rho >= 1). In the plot, converged
 points are filled, non-converged hollow, and unstable points (rho >= 1) are marked with x.
 """
@@ -67,7 +67,7 @@ from matplotlib.figure import Figure
 from devices.memory import MemoryContention, MemorySpec, QueueContention, build_memory_model
 from devices.spec import DeviceSpec, LinkSpec
 from twin.catalogs import resolve
-from twin.queueing import mg1_mean_wait
+from twin.kernel.queueing import mg1_mean_wait
 
 #: (label, ``memory.service`` settings) of the queue-model curves.
 SERVICES: tuple[tuple[str, dict[str, Any]], ...] = (

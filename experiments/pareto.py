@@ -38,7 +38,7 @@ from numbers import Number
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twin.errors import InfeasibleConfig, Problem, ScenarioError
+from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -23,9 +23,9 @@ dimensions (``parallelism`` and ``microbatches``). Example::
     robust: {seeds: [1, 2, 3], quantile: 0.95}
 
 :func:`load_sweep` validates the whole file and reports every problem with its field path
-(``space.workload.micro_batch[1]: ...``) in one :class:`~twin.errors.ScenarioError`. Whether a
-single design point is valid (``tp`` divides the heads, it fits in HBM, ...) is *not* checked
-here: invalid points are recorded with their reason when the sweep runs.
+(``space.workload.micro_batch[1]: ...``) in one :class:`~twin.kernel.errors.ScenarioError`.
+Whether a single design point is valid (``tp`` divides the heads, it fits in HBM, ...) is *not*
+checked here: invalid points are recorded with their reason when the sweep runs.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from twin.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.schema import (
+from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
+from twin.kernel.schema import (
     StrictModel,
     field_names,
     problems_from_validation,

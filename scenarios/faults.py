@@ -15,7 +15,7 @@ Every entry has a ``kind`` (a pydantic discriminated union):
 * ``straggler`` - a device's compute blocks take ``factor`` times longer for a window.
 * ``hbm_degradation`` - a device's memory time is multiplied by ``factor`` for a window, and
   optionally by a heavy-tailed random multiplier drawn for every block (``tail``, any
-  ``twin.queueing`` service distribution, e.g. Pareto).
+  ``twin.kernel.queueing`` service distribution, e.g. Pareto).
 * ``cooling_failure`` - the inlet air of a device rises by ``rise_k`` kelvin for a window
   (``Accelerator.set_ambient``); the thermal model (``power.thermal``) heats the die, which
   raises leakage power and may throttle the clock.
@@ -43,17 +43,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 import numpy as np
 from pydantic import Field, ValidationError, WrapValidator, field_validator, model_validator
 
-from twin.catalog import Catalog
-from twin.errors import Problem, ScenarioError
-from twin.schema import NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.catalog import Catalog
+from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.schema import NonNegativeFloat, PositiveFloat, StrictModel
 
 if TYPE_CHECKING:
     import simpy
 
     from devices.fabric import Fabric
     from topologies.graph import Topology
-    from twin.queueing import ServiceDistribution
-    from twin.rng import RngStreams
+    from twin.kernel.queueing import ServiceDistribution
+    from twin.kernel.rng import RngStreams
     from workloads.executor import Executor
     from workloads.job import JobController
     from workloads.parallel import Layout
@@ -342,7 +342,7 @@ class HbmDegradation(_OnDevices):
     kind: Literal["hbm_degradation"]
     factor: PositiveFloat = Field(default=1.0, description="memory-time multiplier")
     tail: dict[str, Any] | None = Field(
-        default=None, description="twin.queueing service spec of a per-block multiplier, "
+        default=None, description="twin.kernel.queueing service spec of a per-block multiplier, "
                                   "e.g. {name: pareto, alpha: 1.5, mean: 3}")
 
     @field_validator("tail")
@@ -350,7 +350,7 @@ class HbmDegradation(_OnDevices):
     def _tail(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is None:
             return v
-        from twin.queueing import service_from_spec
+        from twin.kernel.queueing import service_from_spec
 
         try:
             service_from_spec(v, "tail")
@@ -359,10 +359,10 @@ class HbmDegradation(_OnDevices):
         return v
 
     def tail_distribution(self) -> ServiceDistribution | None:
-        """The ``twin.queueing`` distribution of the per-block multiplier (None: none)."""
+        """The ``twin.kernel.queueing`` distribution of the per-block multiplier (None: none)."""
         if self.tail is None:
             return None
-        from twin.queueing import service_from_spec
+        from twin.kernel.queueing import service_from_spec
 
         return service_from_spec(self.tail, "tail")
 
@@ -489,7 +489,7 @@ class FaultInjector:
         executor: the ``workloads.executor.Executor`` (accelerators, classes).
         job: the ``workloads.job.JobController``.
         layout: the ``workloads.parallel.Layout`` (device -> rank class).
-        rngs: the run's ``twin.rng.RngStreams``.
+        rngs: the run's ``twin.kernel.rng.RngStreams``.
 
     ``rows`` collects ``(time_s, kind, target, action)`` for the ``faults`` table; ``stalled``
     fires when failures disconnect a pair of devices and no repair is pending.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from devices.spec import DeviceSpec, LinkSpec
-from twin.catalog import unwrap_sources
 from twin.catalogs import catalog
-from twin.errors import ScenarioError
+from twin.kernel.catalog import unwrap_sources
+from twin.kernel.errors import ScenarioError
 from workloads.spec import ModelSpec
 
 SPECS = {"devices": DeviceSpec, "links": LinkSpec, "models": ModelSpec}

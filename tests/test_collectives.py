@@ -12,8 +12,8 @@ from tests.conftest import ROOT, scenario_dict
 from topologies.graph import build_topology
 from topologies.routing import Router
 from twin.catalogs import catalog
-from twin.engine import Engine
-from twin.errors import ScenarioError
+from twin.kernel.engine import Engine
+from twin.kernel.errors import ScenarioError
 from twin.scenario import load_scenario
 from workloads import collectives as C
 
@@ -420,7 +420,7 @@ def test_rail_rings_reach_nic_bandwidth_per_rail():
     from topologies.graph import build_topology
     from topologies.routing import Router
     from twin.catalogs import catalog
-    from twin.engine import Engine
+    from twin.kernel.engine import Engine
 
     nv = LinkSpec.model_validate(catalog("links").get("nvlink4-switch").values)
     ib = LinkSpec.model_validate(catalog("links").get("ib-ndr400-port").values)

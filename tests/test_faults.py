@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, scenario_dict
-from twin.errors import ScenarioError
+from twin.kernel.errors import ScenarioError
 from twin.runner import run
 from twin.scenario import load_scenario
 from twin.trace import read_table
@@ -284,7 +284,7 @@ def _fabric(kind, shape, links_per_edge=1, timeout=1e-3):
     from topologies.graph import build_topology
     from topologies.routing import Router
     from twin.catalogs import catalog
-    from twin.engine import Engine
+    from twin.kernel.engine import Engine
 
     link = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
     env = Engine()
@@ -492,7 +492,7 @@ def test_nic_failure_reroutes_through_the_nvswitch():
     from topologies.graph import build_topology
     from topologies.routing import Router
     from twin.catalogs import catalog
-    from twin.engine import Engine
+    from twin.kernel.engine import Engine
 
     specs = {n: LinkSpec.model_validate(catalog("links").get(n).values)
              for n in ("nvlink4", "ib-ndr400")}
@@ -591,7 +591,7 @@ def test_hbm_tail_draws_have_the_pareto_tail():
     from types import SimpleNamespace
 
     from scenarios.faults import FaultInjector, HbmDegradation
-    from twin.queueing import hill_estimate
+    from twin.kernel.queueing import hill_estimate
 
     f = HbmDegradation.model_validate({"kind": "hbm_degradation", "device": 0, "time_s": 0,
                                        "factor": 2.0, "tail": {"name": "pareto", "alpha": 1.5,
@@ -623,7 +623,7 @@ def test_cooling_failure_raises_the_ambient_for_its_window():
     """Inlet air of devices 0-3 +20 K from 5 ms on: their accelerators see the new ambient
     during the window and the old one after it; their dies end hotter than the others'."""
     from twin.build import build
-    from twin.records import Recorder
+    from twin.kernel.records import Recorder
     from twin.runner import simulate
 
     d = _scen(faults=[{"kind": "cooling_failure", "devices": [0, 1, 2, 3], "rise_k": 20.0,

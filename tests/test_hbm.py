@@ -30,8 +30,8 @@ from devices.hbm import (
     simulate_reference,
     spec_from_entry,
 )
-from twin.catalog import CatalogEntry
-from twin.errors import ScenarioError
+from twin.kernel.catalog import CatalogEntry
+from twin.kernel.errors import ScenarioError
 
 NS = 1e-9
 

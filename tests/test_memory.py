@@ -20,8 +20,8 @@ from devices.memory import (
     QueueContention,
     build_memory_model,
 )
-from twin.errors import ScenarioError
-from twin.queueing import mm1_mean_wait, service_distribution
+from twin.kernel.errors import ScenarioError
+from twin.kernel.queueing import mm1_mean_wait, service_distribution
 
 from .conftest import ROOT, scenario_dict
 
@@ -252,7 +252,7 @@ def test_run_is_deterministic_and_seed_dependent(tiny):
 
 def test_run_frfcfs_and_transfers_balance(tiny):
     from twin.build import build
-    from twin.records import Recorder
+    from twin.kernel.records import Recorder
     from twin.runner import simulate
 
     scen = tiny(trace={"enabled": False}, memory={"model": "frfcfs", "batches": 8},

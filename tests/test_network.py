@@ -12,8 +12,8 @@ from devices.spec import LinkSpec
 from topologies.graph import build_topology
 from topologies.routing import Router
 from twin.catalogs import catalog
-from twin.engine import Engine
-from twin.flows import max_min_rates
+from twin.kernel.engine import Engine
+from twin.kernel.flows import max_min_rates
 from workloads import collectives
 
 LINK = LinkSpec.model_validate(catalog("links").get("nvlink4").values)

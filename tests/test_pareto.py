@@ -22,7 +22,7 @@ import yaml
 from experiments import front as fr
 from experiments.pareto import RunTask, run_point, run_sweep, write_outputs
 from experiments.sweep import factorizations, load_sweep
-from twin.errors import ScenarioError
+from twin.kernel.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJ = ["iteration_time_s", "energy_per_iteration_j"]

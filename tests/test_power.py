@@ -18,8 +18,8 @@ from devices.power import DevicePower, PowerSetup, PowerSpec
 from devices.regulator import VoltageRegulator
 from devices.spec import DeviceSpec
 from twin.catalogs import catalog
-from twin.errors import InfeasibleConfig, ScenarioError
-from twin.records import Recorder
+from twin.kernel.errors import InfeasibleConfig, ScenarioError
+from twin.kernel.records import Recorder
 from twin.runner import run
 from twin.trace import read_table
 from workloads.spec import ModelSpec

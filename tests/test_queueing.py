@@ -1,4 +1,4 @@
-"""Tests of twin.queueing: the FIFO engine against references and theory, distributions,
+"""Tests of twin.kernel.queueing: the FIFO engine against references and theory, distributions,
 arrival processes and the heavy-tail diagnostics.
 
 Tolerances come from standard errors (batch means for queue waits, analytic or sample
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from twin import queueing as q
-from twin.errors import ScenarioError
+from twin.kernel import queueing as q
+from twin.kernel.errors import ScenarioError
 
 SEEDS = (11, 23, 37)
 
@@ -703,6 +703,7 @@ def test_module_imports_only_numpy_scipy_and_errors():
         if isinstance(node, ast.Import):
             roots |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            roots.add(node.module if node.module == "twin.errors" else node.module.split(".")[0])
+            roots.add(node.module if node.module == "twin.kernel.errors"
+                      else node.module.split(".")[0])
     stdlib = {"__future__", "math", "numbers", "collections", "dataclasses", "functools", "typing"}
-    assert roots - stdlib == {"numpy", "scipy", "twin.errors"}
+    assert roots - stdlib == {"numpy", "scipy", "twin.kernel.errors"}

@@ -175,7 +175,7 @@ def test_killed_run_leaves_no_trace(tmp_path):
 
 
 def test_exception_removes_partial(tmp_path):
-    from twin.trace import TraceWriter
+    from twin.kernel.trace import TraceWriter
 
     path = tmp_path / "x.h5"
     with pytest.raises(RuntimeError), TraceWriter(path) as w:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, scenario_dict
 from twin.cli import main
-from twin.errors import InfeasibleConfig, ScenarioError
+from twin.kernel.errors import InfeasibleConfig, ScenarioError
 from twin.scenario import load_scenario, parse_override
 
 

@@ -17,7 +17,7 @@ from devices.spec import DeviceSpec
 from devices.thermal import ThermalRC
 from tests.conftest import ROOT
 from twin.catalogs import catalog
-from twin.records import Recorder
+from twin.kernel.records import Recorder
 from twin.runner import run
 from twin.trace import read_table
 

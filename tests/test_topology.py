@@ -389,7 +389,7 @@ def test_scenario_of_each_new_kind_runs_and_conserves_bytes(name, net, tmp_path)
 ])
 def test_topology_fields_are_validated_with_field_names(cluster, path, words):
     from tests.conftest import scenario_dict
-    from twin.errors import ScenarioError
+    from twin.kernel.errors import ScenarioError
     from twin.scenario import load_scenario
 
     raw = scenario_dict()

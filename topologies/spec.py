@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from twin.errors import Problem
-from twin.schema import StrictModel
+from twin.kernel.errors import Problem
+from twin.kernel.schema import StrictModel
 
 #: Number of shape dimensions each topology kind takes.
 SHAPE_ARITY: dict[str, int] = {"torus2d": 2, "mesh2d": 2, "dragonfly2d": 2, "ring": 1,

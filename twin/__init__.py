@@ -6,16 +6,18 @@ The public API is small::
     scenario = twin.load_scenario("scenarios/quickstart.yaml", overrides=["seed=3"])
     result = twin.run(scenario)          # -> twin.RunResult(summary=dict, trace_path=Path)
 
-``twin`` is also the kernel package (engine, queueing, rng, trace). The facade names are
-resolved lazily so that importing a kernel module (``twin.trace``) never drags in the rest of
-the product and lower layers can import the kernel without a cycle.
+``twin`` holds the kernel (:mod:`twin.kernel`: engine, flow network, queueing, rng, trace,
+records, errors) and, around it, the front door (scenario schema and loading, catalogs, build,
+run, summary, limits, validate, plots, CLI, API). The facade names are resolved lazily, so
+``import twin`` loads nothing but this file and :mod:`twin.version`.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from twin.version import __version__
 
-__all__ = ["InfeasibleConfig", "RunResult", "ScenarioError", "load_scenario", "run"]
+__all__ = ["InfeasibleConfig", "RunResult", "ScenarioError", "__version__", "load_scenario",
+           "run"]
 
 
 def __getattr__(name: str):  # PEP 562: lazy facade, no import-time side effects
@@ -24,7 +26,7 @@ def __getattr__(name: str):  # PEP 562: lazy facade, no import-time side effects
 
         return getattr(api, name)
     if name in ("ScenarioError", "InfeasibleConfig"):
-        from twin import errors
+        from twin.kernel import errors
 
         return getattr(errors, name)
     raise AttributeError(f"module 'twin' has no attribute {name!r}")

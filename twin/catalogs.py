@@ -13,7 +13,7 @@ from typing import Any
 import devices
 import scenarios
 import workloads
-from twin.catalog import Catalog
+from twin.kernel.catalog import Catalog
 
 _DIRS: dict[str, Path] = {
     "devices": Path(devices.__file__).parent / "catalog" / "devices",
@@ -50,7 +50,7 @@ def resolve(kind: str, value: Any, path: str) -> tuple[Any, dict[str, str]]:
     ``value`` may be a catalog name (``"h100-sxm"``), a mapping with ``base: <name>`` plus keys
     that override the entry, or an inline mapping (returned unchanged). Returns the mapping and
     the sources of the catalog values it contains (by dotted scenario path).
-    Raises :class:`~twin.errors.ScenarioError` for an unknown name.
+    Raises :class:`~twin.kernel.errors.ScenarioError` for an unknown name.
     """
     if isinstance(value, str):
         entry = catalog(kind).get(value, path)
@@ -58,7 +58,7 @@ def resolve(kind: str, value: Any, path: str) -> tuple[Any, dict[str, str]]:
     if isinstance(value, dict) and "base" in value:
         base = value["base"]
         if not isinstance(base, str):
-            from twin.errors import Problem, ScenarioError
+            from twin.kernel.errors import Problem, ScenarioError
 
             raise ScenarioError([Problem(f"{path}.base", "must be a catalog name", base,
                                          ", ".join(catalog(kind).names()))])

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from twin.errors import ScenarioError
+from twin.kernel.errors import ScenarioError
 
 EXIT_BAD_INPUT = 2
 
@@ -124,7 +124,7 @@ class SummaryCommand(Command):
         p.add_argument("--all", action="store_true", help="print every summary key")
 
     def run(self, args):
-        from twin.trace import read_attrs
+        from twin.kernel.trace import read_attrs
 
         path = _existing(args.trace)
         try:

@@ -86,7 +86,7 @@ def compute_limits(iteration_time_s: float, energy_per_iteration_j: float,
 
 def limits_from_trace(path: str | Path) -> dict[str, Any]:
     """:func:`compute_limits` for a finished trace (needs its ``ops`` and ``links`` tables)."""
-    from twin.trace import read_attrs, read_table
+    from twin.kernel.trace import read_attrs, read_table
 
     attrs = read_attrs(path)
     summ = attrs["summary"]

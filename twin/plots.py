@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from twin.trace import read_attrs, read_table
+from twin.kernel.trace import read_attrs, read_table
 
 KIND_COLORS = {"compute": "#4C72B0", "tp": "#DD8452", "recv": "#C44E52", "dp_wait": "#8172B3",
                "dp": "#55A868", "dvfs": "#937860", "checkpoint": "#8C8C8C"}

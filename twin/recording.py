@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from devices.fabric import MessageRecord
-from twin.records import Recorder
-from twin.trace import TraceWriter
+from twin.kernel.records import Recorder
+from twin.kernel.trace import TraceWriter
 
 OPS_COLUMNS = {"cls": "int32", "iteration": "int32", "stream": "category", "kind": "category",
                "name": "category", "mb": "int32", "chunk": "int32", "layer": "int32",

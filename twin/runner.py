@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-import twin
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
 from devices.memory import build_memory_model
@@ -21,13 +20,14 @@ from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
 from scenarios.faults import FaultInjector
 from twin.build import Model, build, stage_compute_blocks
-from twin.engine import Engine
+from twin.kernel.engine import Engine
+from twin.kernel.records import Recorder
+from twin.kernel.rng import RngStreams
+from twin.kernel.trace import TraceWriter
 from twin.recording import TraceRecorder, write_power_tables
-from twin.records import Recorder
-from twin.rng import RngStreams
 from twin.scenario import Scenario
 from twin.summary import summarize
-from twin.trace import TraceWriter
+from twin.version import __version__
 from workloads.executor import Executor
 from workloads.job import JobController
 
@@ -112,7 +112,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         write_power_tables(writer, ex.accelerators, tables)
         summary["wall_time_s"] = time.perf_counter() - wall0
         out = writer.finish({
-            "twin_version": twin.__version__, "seed": scenario.seed,
+            "twin_version": __version__, "seed": scenario.seed,
             "scenario": scenario.to_yaml(), "summary": summary, "sources": scenario.sources,
         })
     return RunResult(summary, out, iteration_times(ex))

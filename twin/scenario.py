@@ -4,7 +4,7 @@ Loading goes: read YAML -> resolve catalog names (``cluster.device: h100-sxm``) 
 specs -> apply ``--set dotted.key=value`` overrides -> validate every section (pydantic,
 unknown keys rejected) -> cross-section checks (devices vs parallelism, precision vs device,
 fault targets vs topology). Every problem found is reported at once in one
-:class:`~twin.errors.ScenarioError`, each with its field path.
+:class:`~twin.kernel.errors.ScenarioError`, each with its field path.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from devices.spec import DeviceSpec, LinkSpec, Precision
 from scenarios.faults import FaultSpec
 from topologies.spec import TopologySpec
 from twin.catalogs import REFERENCES, resolve
-from twin.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.schema import (
+from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
+from twin.kernel.schema import (
     NonNegativeFloat,
     PositiveFloat,
     StrictModel,

@@ -118,7 +118,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
 
 def _memory_keys(ex) -> dict[str, Any]:
     """HBM contention keys (``devices.memory``): mean/max slowdown of the blocks' memory
-    time, and the heavy-tail / stability flags with twin.queueing's warnings."""
+    time, and the heavy-tail / stability flags with twin.kernel.queueing's warnings."""
     from devices.memory import roofline_report
 
     mem = getattr(ex.accelerators[0], "memory", None) if ex.accelerators else None

@@ -63,7 +63,7 @@ def _fabric(shape, model: str, link_name: str = "nvlink4", kind: str = "torus2d"
     from topologies.graph import build_topology
     from topologies.routing import Router
     from twin.catalogs import catalog
-    from twin.engine import Engine
+    from twin.kernel.engine import Engine
 
     link = LinkSpec.model_validate(catalog("links").get(link_name).values)
     env = Engine()
@@ -102,7 +102,7 @@ def collectives_vs_alpha_beta() -> list[Row]:
 @check("queueing")
 def queueing_vs_theory() -> list[Row]:
     """Lindley engine mean waits vs M/M/1, M/D/1 and M/G/1 (Pollaczek-Khinchine)."""
-    from twin import queueing as q
+    from twin.kernel import queueing as q
 
     rng = np.random.default_rng(12345)
     n = 400_000
@@ -144,7 +144,7 @@ def _pipeline_scenario(pp: int, m: int, schedule: str = "1f1b", v: int = 1):
 
 def _bubble(scen) -> float:
     from twin.build import build
-    from twin.records import Recorder
+    from twin.kernel.records import Recorder
     from twin.runner import simulate
 
     class Ops(Recorder):
@@ -256,7 +256,7 @@ def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float
     from topologies.graph import build_topology
     from topologies.routing import Router
     from twin.catalogs import catalog
-    from twin.engine import Engine
+    from twin.kernel.engine import Engine
     from workloads import collectives
 
     specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)

@@ -27,7 +27,7 @@ import simpy
 
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
-from twin.records import Recorder
+from twin.kernel.records import Recorder
 from workloads import collectives
 from workloads.parallel import Layout
 from workloads.schedules import COMPUTE, DP_START, DP_WAIT, RECV, SEND, TP

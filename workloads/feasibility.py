@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from devices.spec import DeviceSpec
-from twin.errors import Problem
+from twin.kernel.errors import Problem
 from workloads.transformer import TransformerCosts
 
 if TYPE_CHECKING:  # the schema lives in the front door; only its shape is used here

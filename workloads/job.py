@@ -34,7 +34,7 @@ import numpy as np
 import simpy
 from pydantic import Field
 
-from twin.schema import NonNegativeFloat, StrictModel
+from twin.kernel.schema import NonNegativeFloat, StrictModel
 
 
 @dataclass(frozen=True)

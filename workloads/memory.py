@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 import workloads
-from twin.catalog import Catalog
+from twin.kernel.catalog import Catalog
 from workloads.transformer import (
     TransformerCosts,
     grad_bytes_per_element,

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from twin.schema import StrictModel
+from twin.kernel.schema import StrictModel
 
 
 class ModelSpec(StrictModel):

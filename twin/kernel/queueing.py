@@ -3,7 +3,7 @@
 This module is the kernel's queue engine. The HBM controller and the link models hand it whole
 batches of customers (memory requests, messages) as arrays and get back waiting times, sojourn
 times and departure times; nothing here is called once per customer. It imports only NumPy,
-SciPy and :mod:`twin.errors` and has no state: every random draw comes from a
+SciPy and :mod:`twin.kernel.errors` and has no state: every random draw comes from a
 ``numpy.random.Generator`` passed in by the caller.
 
 Units: every time is in seconds (arrival times, service times, waits, means, durations), every
@@ -54,7 +54,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from twin.errors import Problem, ScenarioError
+from twin.kernel.errors import Problem, ScenarioError
 
 __all__ = [
     "ArrivalProcess",
@@ -177,8 +177,8 @@ def _check_rng(rng: Any) -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
             "rng must be a numpy.random.Generator, e.g. numpy.random.default_rng(seed) or "
-            f"twin.rng.RngStreams(seed).get(name); got {type(rng).__name__}. The global NumPy "
-            "RNG is never used."
+            f"twin.kernel.rng.RngStreams(seed).get(name); got {type(rng).__name__}. The global "
+            "NumPy RNG is never used."
         )
     return rng
 

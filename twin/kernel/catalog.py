@@ -8,9 +8,10 @@ keys ``value`` and ``source`` (and optionally ``note``)::
       source: NVIDIA H100 datasheet (dense)
 
 Loading unwraps these into plain values and records the source by field path. A number that is
-not inside such a wrapper is a :class:`~twin.errors.CatalogError`. One entry per file; the file
-stem is the entry's name. The kernel knows nothing of what the entries mean: the packages that
-own a catalog (``devices``, ``workloads``) validate the values into their typed specs.
+not inside such a wrapper is a :class:`~twin.kernel.errors.CatalogError`. One entry per file;
+the file stem is the entry's name. The kernel knows nothing of what the entries mean: the
+packages that own a catalog (``devices``, ``workloads``) validate the values into their typed
+specs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from twin.errors import CatalogError, Problem, ScenarioError
+from twin.kernel.errors import CatalogError, Problem, ScenarioError
 
 _WRAPPER_KEYS = {"value", "source"}
 

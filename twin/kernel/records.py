@@ -12,4 +12,4 @@ class Recorder:
         """One executed operation of a rank class (times in s, FLOPs per device)."""
 
     def message(self, record) -> None:
-        """One finished communication phase (see ``devices.fabric.MessageRecord``)."""
+        """One finished communication phase (a named tuple whose fields are the columns)."""

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from twin.errors import Problem, ScenarioError
+from twin.kernel.errors import Problem, ScenarioError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
@@ -72,7 +72,7 @@ def field_names(model: type[BaseModel]) -> list[str]:
 
 def read_yaml(path: str | Path, what: str = "scenario") -> Any:
     """Parse a YAML input file; a missing file or malformed YAML (with line and column) is a
-    :class:`~twin.errors.ScenarioError`."""
+    :class:`~twin.kernel.errors.ScenarioError`."""
     p = Path(path)
     if not p.is_file():
         raise ScenarioError([Problem("", f"{what} file not found", str(p),
@@ -88,7 +88,7 @@ def read_yaml(path: str | Path, what: str = "scenario") -> Any:
 
 
 def require_mapping(raw: Any, what: str, allowed: str, source: str) -> dict[str, Any]:
-    """``raw`` if it is a mapping; otherwise a :class:`~twin.errors.ScenarioError` saying
+    """``raw`` if it is a mapping; otherwise a :class:`~twin.kernel.errors.ScenarioError` saying
     that a ``what`` must be one (``allowed``: its top-level keys, for the message)."""
     if not isinstance(raw, dict):
         raise ScenarioError([Problem("", f"a {what} must be a YAML mapping",
