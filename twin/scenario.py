@@ -18,7 +18,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 
 from devices.memory import DmaSpec, MemorySpec, OpSpec, ServiceSpec
 from devices.power import PowerSpec
-from devices.spec import DeviceSpec, LinkSpec, Precision
+from devices.spec import DeviceSpec, LinkSpec
 from scenarios.faults import FaultSpec
 from topologies.spec import TopologySpec
 from twin.catalogs import REFERENCES, resolve
@@ -33,7 +33,7 @@ from twin.kernel.schema import (
     require_mapping,
 )
 from workloads.job import JobSpec
-from workloads.spec import ModelSpec
+from workloads.spec import ModelSpec, ParallelismSpec, WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults")
 CollectiveAlgorithm = Literal["auto", "ring", "bidir_ring", "torus2d", "hierarchical",
@@ -78,51 +78,6 @@ class ClusterSpec(StrictModel):
                 "global_links_per_edge": self.global_links_per_edge,
                 "nics_per_node": t.nics_per_node, "nodes_per_leaf": t.nodes_per_leaf,
                 "oversubscription": t.oversubscription}
-
-
-class ParallelismSpec(StrictModel):
-    """Hybrid-parallel degrees; dp * tp * pp must equal the number of devices."""
-
-    dp: int = Field(default=1, ge=1, description="data-parallel replicas")
-    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks per layer")
-    pp: int = Field(default=1, ge=1, description="pipeline stages")
-
-    @property
-    def world(self) -> int:
-        """Ranks in the job."""
-        return self.dp * self.tp * self.pp
-
-
-class WorkloadSpec(StrictModel):
-    """What is trained and how."""
-
-    model: ModelSpec
-    precision: Precision = "bf16"
-    seq_len: int | None = Field(default=None, gt=0, description="tokens; default: model's")
-    global_batch: int = Field(gt=0, description="sequences per iteration")
-    micro_batch: int = Field(default=1, gt=0, description="sequences per microbatch")
-    parallelism: ParallelismSpec = ParallelismSpec()
-    iterations: int = Field(default=1, gt=0, description="training iterations to simulate")
-    schedule: Literal["gpipe", "1f1b", "interleaved"] = Field(
-        default="1f1b", description="pipeline schedule")
-    virtual_stages: int = Field(default=1, ge=1,
-                                description="model chunks per stage (interleaved schedule)")
-    recompute: Literal["none", "selective", "full"] = "none"
-    attention: Literal["flash", "standard"] = Field(
-        default="flash", description="flash: fused, scores stay on chip; standard: scores, "
-                                     "softmax and dropout go through HBM (Megatron-LM 2022)")
-    sequence_parallel: bool = Field(
-        default=False, description="split norms/dropout along the sequence across TP ranks "
-                                   "(TP collectives become reduce-scatter + all-gather)")
-    placement: Literal["snake", "row-major", "spread"] = Field(
-        default="snake", description="rank -> device policy (topologies.placement)")
-    grad_bucket_mb: PositiveFloat = Field(
-        default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
-
-    @property
-    def seq(self) -> int:
-        """Sequence length in tokens."""
-        return self.seq_len or self.model.seq_len
 
 
 class NetworkSpec(StrictModel):

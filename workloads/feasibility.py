@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from devices.spec import DeviceSpec
 from twin.kernel.errors import Problem
+from workloads.spec import WorkloadSpec
 from workloads.transformer import TransformerCosts
-
-if TYPE_CHECKING:  # the schema lives in the front door; only its shape is used here
-    from twin.scenario import WorkloadSpec
 
 
 def microbatches(w: WorkloadSpec) -> int:

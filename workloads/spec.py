@@ -1,4 +1,5 @@
-"""Typed transformer model spec (catalog ``workloads/catalog/models`` or inline)."""
+"""Typed workload specs: the transformer model (catalog ``workloads/catalog/models`` or inline),
+the parallel degrees and the ``workload`` section of a scenario."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from twin.kernel.schema import StrictModel
+from devices.spec import Precision
+from twin.kernel.schema import PositiveFloat, StrictModel
 
 
 class ModelSpec(StrictModel):
@@ -57,3 +59,48 @@ class ModelSpec(StrictModel):
     def gated_mlp(self) -> bool:
         """Whether the MLP is gated (SwiGLU: three weight matrices)."""
         return self.arch == "llama"
+
+
+class ParallelismSpec(StrictModel):
+    """Hybrid-parallel degrees; dp * tp * pp must equal the number of devices."""
+
+    dp: int = Field(default=1, ge=1, description="data-parallel replicas")
+    tp: int = Field(default=1, ge=1, description="tensor-parallel ranks per layer")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
+
+    @property
+    def world(self) -> int:
+        """Ranks in the job."""
+        return self.dp * self.tp * self.pp
+
+
+class WorkloadSpec(StrictModel):
+    """What is trained and how."""
+
+    model: ModelSpec
+    precision: Precision = "bf16"
+    seq_len: int | None = Field(default=None, gt=0, description="tokens; default: model's")
+    global_batch: int = Field(gt=0, description="sequences per iteration")
+    micro_batch: int = Field(default=1, gt=0, description="sequences per microbatch")
+    parallelism: ParallelismSpec = ParallelismSpec()
+    iterations: int = Field(default=1, gt=0, description="training iterations to simulate")
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = Field(
+        default="1f1b", description="pipeline schedule")
+    virtual_stages: int = Field(default=1, ge=1,
+                                description="model chunks per stage (interleaved schedule)")
+    recompute: Literal["none", "selective", "full"] = "none"
+    attention: Literal["flash", "standard"] = Field(
+        default="flash", description="flash: fused, scores stay on chip; standard: scores, "
+                                     "softmax and dropout go through HBM (Megatron-LM 2022)")
+    sequence_parallel: bool = Field(
+        default=False, description="split norms/dropout along the sequence across TP ranks "
+                                   "(TP collectives become reduce-scatter + all-gather)")
+    placement: Literal["snake", "row-major", "spread"] = Field(
+        default="snake", description="rank -> device policy (topologies.placement)")
+    grad_bucket_mb: PositiveFloat = Field(
+        default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
+
+    @property
+    def seq(self) -> int:
+        """Sequence length in tokens."""
+        return self.seq_len or self.model.seq_len
