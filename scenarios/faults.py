@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     import simpy
 
     from devices.fabric import Fabric
-    from topologies.graph import Topology
+    from topologies.base import Topology
     from twin.kernel.queueing import ServiceDistribution
     from twin.kernel.rng import RngStreams
     from workloads.executor import Executor

@@ -39,7 +39,8 @@ from itertools import product
 
 import numpy as np
 
-from topologies.graph import Topology, dragonfly_port_device
+from topologies.base import Topology
+from topologies.graph import dragonfly_port_device
 
 PLACEMENTS = ("snake", "row-major", "spread")
 

@@ -1,4 +1,4 @@
-"""Routes over a :class:`~topologies.graph.Topology`.
+"""Routes over a :class:`~topologies.base.Topology`.
 
 * Healthy grids (``torus2d``, ``mesh2d``, ``torus3d``, ``ring``): dimension-order routing
   (x first, then y, then z); on a torus each dimension goes the shorter way round, ties
@@ -25,7 +25,7 @@ from itertools import pairwise
 
 import networkx as nx
 
-from topologies.graph import Topology
+from topologies.base import Topology
 
 
 class NoRoute(RuntimeError):

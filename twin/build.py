@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from devices.accelerator import ComputeModel
-from topologies.graph import Topology, build_topology
+from topologies.base import Topology
+from topologies.graph import build_topology
 from topologies.routing import Router
 from twin.scenario import Scenario
 from workloads.feasibility import microbatches

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from topologies.graph import Topology
+from topologies.base import Topology
 from topologies.placement import place, ring_order
 from workloads.collectives import pairs
 
