@@ -78,7 +78,7 @@ def run(tasks: int = 16, task_s: float = 2.0, workers: tuple[int, ...] = (1, 2))
         speedup, efficiency, target, met`` (``target``/``met`` only for more than one worker).
     """
     from experiments.campaign import run_campaign
-    from experiments.distributed import dask_client
+    from experiments.many import dask_client
 
     _warm()
     iterations = _iterations_for(task_s)

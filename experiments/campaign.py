@@ -44,17 +44,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.schema import (
-    StrictModel,
-    field_names,
-    problems_from_validation,
-    read_yaml,
-    require_mapping,
+from experiments.many import (
+    ManyRunsCommand,
+    RecordDir,
+    TaskRunner,
+    atomic_write_json,
+    atomic_write_table,
+    load_spec_file,
+    read_base,
 )
+from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.schema import StrictModel, field_names
 
 #: Summary keys copied into the results table (scalars; SI units in the names).
 SUMMARY_COLUMNS = (
@@ -136,18 +138,9 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
     Raises:
         ScenarioError: every problem, with its field path (``grid.<key>``, ``seeds``, ...).
     """
-    if isinstance(path, dict):
-        raw, where, root = path, "<campaign>", Path.cwd()
-    else:
-        p = Path(path)
-        raw = read_yaml(p, "campaign")
-        where, root = str(p), p.parent
-    require_mapping(raw, "campaign", "name, base, seeds, grid, ...", where)
-    try:
-        spec = CampaignSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise ScenarioError(problems_from_validation(
-            exc, known_fields={"": field_names(CampaignSpec)}), source=where) from None
+    spec, where, root = load_spec_file(path, CampaignSpec, "campaign",
+                                       "name, base, seeds, grid, ...",
+                                       {"": field_names(CampaignSpec)})
     problems: list[Problem] = []
     seeds = _seeds(spec)
     if not seeds:
@@ -157,22 +150,7 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
     for key, values in spec.grid.items():
         if not values:
             problems.append(Problem(f"grid.{key}", "no values", values, "a non-empty list"))
-    if isinstance(spec.base, str):
-        bp = (root / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
-        if not bp.is_file() and Path(spec.base).is_file():
-            bp = Path(spec.base)
-        if not bp.is_file():
-            problems.append(Problem("base", "scenario file not found", spec.base,
-                                    "a path relative to the campaign file"))
-            base = {}
-        else:
-            try:
-                base = yaml.safe_load(bp.read_text(encoding="utf-8"))
-            except yaml.YAMLError as exc:
-                problems.append(Problem("base", f"malformed YAML: {exc}", str(bp)))
-                base = {}
-    else:
-        base = spec.base
+    base = read_base(spec.base, root, problems)
     if problems:
         raise ScenarioError(problems, source=where)
     keys = list(spec.grid)
@@ -200,12 +178,6 @@ def _validate_point(base: dict, overrides: dict, where: str) -> None:
 
 
 # ----------------------------------------------------------------------------- one run
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _scalar(v: Any) -> Any:
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
@@ -246,7 +218,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         "trace": Path(task["trace_path"]).name if task["trace_path"] else None,
         "timing": {"wall_s": time.perf_counter() - t0, "worker": f"{os.getpid()}"},
     }
-    _atomic_write(Path(task["record_path"]), json.dumps(record))
+    atomic_write_json(task["record_path"], record)
     return record
 
 
@@ -265,12 +237,10 @@ class CampaignResult:
     out_dir: Path | None = None
 
 
-def _valid_record(path: Path, run_id: str, trace: Path | None) -> dict | None:
-    try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if rec.get("run_id") != run_id:
+def _valid_record(records: RecordDir, run_id: str, trace: Path | None) -> dict | None:
+    """The record of a finished run worth keeping: readable, its own, with a complete trace."""
+    rec = records.get(run_id)
+    if rec is None or rec.get("run_id") != run_id:
         return None
     if trace is not None:
         try:
@@ -290,7 +260,7 @@ def run_campaign(campaign: Campaign, out_dir: str | Path, client=None, resume: b
     Args:
         campaign: from :func:`load_campaign`.
         out_dir: output directory.
-        client: a ``dask.distributed.Client`` (see ``experiments.distributed.dask_client``);
+        client: a ``dask.distributed.Client`` (see ``experiments.many.dask_client``);
             None runs the tasks one after the other in this process.
         resume: continue the campaign already in ``out_dir`` (finished runs are kept).
         progress: show a progress bar.
@@ -302,7 +272,7 @@ def run_campaign(campaign: Campaign, out_dir: str | Path, client=None, resume: b
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
-    runs_dir, traces_dir = out / "runs", out / "traces"
+    records, traces_dir = RecordDir(out / "runs"), out / "traces"
     meta_path = out / "campaign.json"
     if meta_path.exists():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -315,58 +285,45 @@ def run_campaign(campaign: Campaign, out_dir: str | Path, client=None, resume: b
             raise ScenarioError([Problem("-o", "the directory already holds this campaign",
                                          str(out), "--resume to continue it, or another "
                                          "directory")])
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    records.start()
     if campaign.spec.traces:
         traces_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(meta_path, json.dumps({
+    atomic_write_json(meta_path, {
         "name": campaign.spec.name, "digest": campaign.digest, "source": campaign.source,
         "spec": campaign.spec.model_dump(mode="json"), "base": campaign.base,
-        "runs": [r.run_id for r in campaign.runs]}, indent=1, default=str))
-    for stale in itertools.chain(runs_dir.glob(".*.tmp-*"), traces_dir.glob(".*.partial-*")):
+        "runs": [r.run_id for r in campaign.runs]}, indent=1, default=str)
+    for stale in traces_dir.glob(".*.partial-*"):
         stale.unlink(missing_ok=True)
 
-    records: dict[str, dict] = {}
+    kept: dict[str, dict] = {}
     todo: list[dict[str, Any]] = []
     for r in campaign.runs:
         trace = traces_dir / f"{r.run_id}.h5" if campaign.spec.traces else None
-        rec_path = runs_dir / f"{r.run_id}.json"
-        rec = _valid_record(rec_path, r.run_id, trace) if rec_path.exists() else None
+        rec = _valid_record(records, r.run_id, trace)
         if rec is not None:
-            records[r.run_id] = rec
+            kept[r.run_id] = rec
             continue
         todo.append({"run_id": r.run_id, "point": r.point, "variant": r.variant,
                      "seed": r.seed, "params": r.params, "overrides": r.overrides,
                      "base": campaign.base, "trace_path": str(trace) if trace else None,
-                     "record_path": str(rec_path)})
-    skipped = len(records)
+                     "record_path": str(records.path(r.run_id))})
+    skipped = len(kept)
     errors: dict[str, str] = {}
-    if todo:
-        if client is None:
-            results = _serial(todo, progress)
-        else:
-            from experiments.distributed import map_tasks
-
-            results = map_tasks(run_task, todo, client, desc=campaign.spec.name,
-                                progress=progress)
-        for task, res in results:
-            rid = task["run_id"]
-            if isinstance(res, BaseException):
-                errors[rid] = f"{type(res).__name__}: {res}"
-                continue
-            rec_path = Path(task["record_path"])
-            if not rec_path.exists():  # a remote worker without our file system
-                _atomic_write(rec_path, json.dumps(res))
-            records[rid] = res
-    results_df, iters_df = tables(campaign, records)
+    for task, res in TaskRunner(run_task, client, progress).map(todo, campaign.spec.name):
+        rid = task["run_id"]
+        if isinstance(res, BaseException):
+            errors[rid] = f"{type(res).__name__}: {res}"
+            continue
+        records.add(rid, res)  # when the worker could not (no shared file system)
+        kept[rid] = res
+    results_df, iters_df = tables(campaign, kept)
     stats = campaign_stats(results_df, iters_df, campaign.spec.confidence,
                            campaign.spec.bootstrap, campaign.spec.stats_seed)
-    _write_parquet(results_df, out / "results.parquet")
-    _write_parquet(iters_df, out / "iterations.parquet")
-    tmp = out / f".stats.csv.tmp-{os.getpid()}"
-    stats.to_csv(tmp, index=False)
-    os.replace(tmp, out / "stats.csv")
+    atomic_write_table(results_df, out / "results.parquet")
+    atomic_write_table(iters_df, out / "iterations.parquet")
+    atomic_write_table(stats, out / "stats.csv")
     if errors:
-        _atomic_write(out / "errors.json", json.dumps(errors, indent=1))
+        atomic_write_json(out / "errors.json", errors, indent=1)
     if plots and len(results_df):
         from experiments.campaign_plots import ccdf_iteration_time, energy_vs_availability
 
@@ -374,22 +331,6 @@ def run_campaign(campaign: Campaign, out_dir: str | Path, client=None, resume: b
         energy_vs_availability(results_df, out / "energy_vs_availability.png")
     return CampaignResult(results_df, iters_df, stats, errors, len(todo) - len(errors),
                           skipped, time.perf_counter() - t0, out)
-
-
-def _serial(todo: list[dict], progress: bool):
-    from tqdm import tqdm
-
-    for task in tqdm(todo, desc="runs", unit="run", disable=None if progress else True):
-        try:
-            yield task, run_task(task)
-        except Exception as exc:  # reported per run, like the Dask path
-            yield task, exc
-
-
-def _write_parquet(df, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    df.to_parquet(tmp, engine="pyarrow", index=False)
-    os.replace(tmp, path)
 
 
 def tables(campaign: Campaign, records: dict[str, dict]):
@@ -566,35 +507,25 @@ def format_stats(stats) -> str:
 
 
 # ----------------------------------------------------------------------------- CLI
-class CampaignCommand:
-    """``twin campaign CAMPAIGN.yaml -o DIR``: the subcommand (same interface as
-    ``twin.cli.Command``; the CLI registers it in ``COMMANDS``)."""
+class CampaignCommand(ManyRunsCommand):
+    """``twin campaign CAMPAIGN.yaml -o DIR``: the subcommand (the CLI registers it)."""
 
     name = "campaign"
     help = "run a fault campaign (seeds x parameter grid) on Dask; results with CIs"
+    input_name = "campaign"
+    input_help = "campaign YAML file (see README: fault campaigns)"
+    resume_help = "continue a campaign that was stopped: finished runs are kept"
 
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        """Declare the arguments."""
-        p.add_argument("campaign", help="campaign YAML file (see README: fault campaigns)")
-        p.add_argument("-o", "--output", required=True, help="output directory")
-        from experiments.distributed import add_cluster_arguments
+    def load(self, args: argparse.Namespace) -> Campaign:
+        return load_campaign(args.campaign)
 
-        add_cluster_arguments(p)
-        p.add_argument("--resume", action="store_true",
-                       help="continue a campaign that was stopped: finished runs are kept")
-        p.add_argument("--no-plots", action="store_true", help="skip the PNG files")
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
+    def compute(self, job: Campaign, args: argparse.Namespace, client) -> CampaignResult:
+        print(f"campaign {job.spec.name}: {len(job.runs)} runs -> {args.output}")
+        return run_campaign(job, args.output, client, resume=args.resume,
+                            progress=not args.quiet, plots=not args.no_plots)
 
-    def run(self, args: argparse.Namespace) -> int:
-        """Load, run, write and print; returns the exit code (1 if some run failed)."""
-        from experiments.distributed import client_from_args
-
-        camp = load_campaign(args.campaign)
-        n = len(camp.runs)
-        kw = {"resume": args.resume, "progress": not args.quiet, "plots": not args.no_plots}
-        with client_from_args(args) as client:
-            print(f"campaign {camp.spec.name}: {n} runs -> {args.output}")
-            res = run_campaign(camp, args.output, client, **kw)
+    def report(self, job: Campaign, res: CampaignResult, args: argparse.Namespace) -> int:
+        """Print what ran and the statistics; exit code 1 if some run failed."""
         print(f"ran {res.ran}, kept {res.skipped} finished earlier, {len(res.errors)} failed; "
               f"{len(res.results)} rows in {res.out_dir / 'results.parquet'}")
         for rid, msg in sorted(res.errors.items()):

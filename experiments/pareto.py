@@ -2,7 +2,7 @@
 
 ``twin pareto SWEEP.yaml -o DIR`` evaluates a sweep (:mod:`experiments.sweep`): every design point
 under every boundary condition (and every seed of ``robust``) is one twin run with the trace
-disabled, executed on Dask (:mod:`experiments.distributed`). Small spaces are enumerated; large
+disabled, executed on Dask (:mod:`experiments.many`). Small spaces are enumerated; large
 ones are searched with NSGA-II (pymoo), integer-encoded: one variable per dimension holding the
 option's index, SBX crossover and polynomial mutation with rounding, seeded. Evaluations are
 cached by (boundary condition, parameter vector, seed), so no point is ever run twice.
@@ -32,12 +32,19 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from numbers import Number
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from experiments.many import (
+    JsonLines,
+    ManyRunsCommand,
+    TaskRunner,
+    atomic_write_table,
+    atomic_write_text,
+)
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 
 if TYPE_CHECKING:
@@ -138,64 +145,26 @@ def _reason(exc: ScenarioError) -> str:
     return "; ".join(str(p) for p in exc.problems) or str(exc)
 
 
-# ----------------------------------------------------------------------------- execution
-class Executor:
-    """Runs tasks on a Dask client (``client``) or, without one, in this process.
-
-    Both yield ``(task, result)`` as tasks finish; a task that raises yields the exception.
-    """
-
-    def __init__(self, client: Any = None, run_fn: Callable[[RunTask], dict] = run_point,
-                 progress: bool = True):
-        self.client = client
-        self.run_fn = run_fn
-        self.progress = progress
-
-    def map(self, tasks: list[RunTask], desc: str) -> Iterator[tuple[RunTask, Any]]:
-        """Run ``tasks``; yield each with its result (or exception) in completion order."""
-        if not tasks:
-            return
-        if self.client is not None:
-            from experiments.distributed import map_tasks
-
-            yield from map_tasks(self.run_fn, tasks, self.client, desc=desc,
-                                 progress=self.progress)
-            return
-        from tqdm import tqdm
-
-        with tqdm(total=len(tasks), desc=desc, unit="run",
-                  disable=None if self.progress else True) as bar:
-            for t in tasks:
-                try:
-                    res = self.run_fn(t)
-                except Exception as exc:  # recorded per point, the sweep goes on
-                    res = exc
-                bar.update(1)
-                yield t, res
-
-
+# ----------------------------------------------------------------------------- evaluation
 class PointCache:
     """Every run of a sweep, keyed by (boundary, x, seed); aggregated rows per (boundary, x).
 
     ``ensure`` runs only what is not cached yet, so a point is never run twice.
     """
 
-    def __init__(self, sweep: Sweep, executor: Executor, journal: str | Path | None = None,
+    def __init__(self, sweep: Sweep, runner: TaskRunner, journal: str | Path | None = None,
                  resume: bool = False):
         self.sweep = sweep
-        self.executor = executor
+        self.runner = runner
         self.runs: dict[tuple[str, tuple[int, ...], int | None], dict[str, Any]] = {}
         self._rows: dict[Key, dict[str, Any]] = {}
         self.twin_runs = 0
         self._journaled: set[tuple[str, tuple[int, ...], int | None]] = set()
         self._requested: dict[Key, None] = {}
-        self.journal = Path(journal) if journal else None
+        self.journal = JsonLines(journal) if journal else None
         if self.journal is not None:
-            if resume and self.journal.is_file():
-                self._load_journal()
-            else:
-                self.journal.parent.mkdir(parents=True, exist_ok=True)
-                self.journal.write_text("", encoding="utf-8")
+            for rec in self.journal.start(resume):
+                self._reuse(rec)
 
     def _fingerprint(self, bc: str, x: tuple[int, ...], seed: int | None) -> str:
         import hashlib
@@ -205,23 +174,20 @@ class PointCache:
                           sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
-    def _load_journal(self) -> None:
-        """Reuse the journal's runs whose scenario (base + overrides) is unchanged; a torn
-        last line (the previous invocation was killed while writing) is ignored."""
-        for line in self.journal.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-                bc, x, seed = rec["boundary"], tuple(rec["x"]), rec["seed"]
-                self.sweep.boundary(bc)
-                if len(x) != len(self.sweep.space.shape) or any(
-                        not 0 <= i < n for i, n in zip(x, self.sweep.space.shape, strict=True)):
-                    continue
-                if rec["fingerprint"] != self._fingerprint(bc, x, seed):
-                    continue
-            except (ValueError, KeyError, TypeError):
-                continue
-            self.runs[(bc, x, seed)] = rec["result"]
-            self._journaled.add((bc, x, seed))
+    def _reuse(self, rec: dict[str, Any]) -> None:
+        """Keep a journaled run if its scenario (base + overrides) is unchanged."""
+        try:
+            bc, x, seed = rec["boundary"], tuple(rec["x"]), rec["seed"]
+            self.sweep.boundary(bc)
+            if len(x) != len(self.sweep.space.shape) or any(
+                    not 0 <= i < n for i, n in zip(x, self.sweep.space.shape, strict=True)):
+                return
+            if rec["fingerprint"] != self._fingerprint(bc, x, seed):
+                return
+        except (ValueError, KeyError, TypeError):
+            return
+        self.runs[(bc, x, seed)] = rec["result"]
+        self._journaled.add((bc, x, seed))
 
     @property
     def resumed_runs(self) -> int:
@@ -231,11 +197,9 @@ class PointCache:
     def _append(self, task: RunTask, result: dict[str, Any]) -> None:
         if self.journal is None:
             return
-        rec = {"boundary": task.boundary, "x": list(task.x), "seed": task.seed,
-               "fingerprint": self._fingerprint(task.boundary, task.x, task.seed),
-               "result": result}
-        with self.journal.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec, default=str) + "\n")
+        self.journal.add({"boundary": task.boundary, "x": list(task.x), "seed": task.seed,
+                          "fingerprint": self._fingerprint(task.boundary, task.x, task.seed),
+                          "result": result})
 
     def ensure(self, keys: Iterable[Key], desc: str = "runs") -> None:
         """Run every seed of every (boundary, x) in ``keys`` that is not cached."""
@@ -247,7 +211,7 @@ class PointCache:
                 k = (bc, x, s)
                 if k not in self.runs and k not in todo:
                     todo[k] = RunTask(bc, x, s, self.sweep.base, self.sweep.overrides(bc, x, s))
-        for task, res in self.executor.map(list(todo.values()), desc):
+        for task, res in self.runner.map(todo.values(), desc):
             if isinstance(res, BaseException):
                 res = {"status": "error", "reason": f"{type(res).__name__}: {res}"}
             elif not isinstance(res, dict) or "status" not in res:
@@ -565,7 +529,7 @@ def run_sweep(sweep: Sweep, client: Any = None, method: str | None = None,
 
     Args:
         sweep: from :func:`experiments.sweep.load_sweep`.
-        client: a ``dask.distributed.Client`` (see :func:`experiments.distributed.dask_client`);
+        client: a ``dask.distributed.Client`` (see :func:`experiments.many.dask_client`);
             None runs in this process (tests, debugging).
         method: ``auto``/``exhaustive``/``nsga2`` (default: the sweep file's ``method``).
         seed: NSGA-II seed (default: ``nsga2.seed`` of the sweep file).
@@ -581,7 +545,7 @@ def run_sweep(sweep: Sweep, client: Any = None, method: str | None = None,
 
     t0 = time.perf_counter()
     meth = sweep.method_for(method)
-    cache = PointCache(sweep, Executor(client, run_fn, progress), journal, resume)
+    cache = PointCache(sweep, TaskRunner(run_fn, client, progress), journal, resume)
     search_seed = sweep.spec.nsga2.seed if seed is None else seed
     traces: dict[str, _Trace] = {}
     if meth == "exhaustive":
@@ -865,14 +829,11 @@ def write_outputs(result: ParetoResult, out_dir: str | Path, plots: bool = True)
     written: list[Path] = []
 
     def csv(df: pd.DataFrame, name: str) -> None:
-        p = out / name
-        df.to_csv(p, index=False)
-        written.append(p)
+        written.append(atomic_write_table(df, out / name))
 
     def js(obj: Any, name: str) -> None:
-        p = out / name
-        p.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n", encoding="utf-8")
-        written.append(p)
+        text = json.dumps(obj, indent=2, default=_json_default) + "\n"
+        written.append(atomic_write_text(out / name, text))
 
     csv(result.points, "points.csv")
     csv(result.runs, "runs.csv")
@@ -889,9 +850,7 @@ def write_outputs(result: ParetoResult, out_dir: str | Path, plots: bool = True)
     if result.convergence is not None:
         csv(result.convergence, "convergence.csv")
     js({"meta": result.meta, "hypervolume": result.hv}, "report.json")
-    p = out / "report.txt"
-    p.write_text(format_report(result) + "\n", encoding="utf-8")
-    written.append(p)
+    written.append(atomic_write_text(out / "report.txt", format_report(result) + "\n"))
     if plots:
         from experiments import pareto_plots as pl
 
@@ -1014,52 +973,47 @@ def _fmt_list(v: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- CLI
-class ParetoCommand:
-    """``twin pareto SWEEP.yaml -o DIR``: the subcommand (same interface as
-    ``twin.cli.Command``; the CLI registers it in ``COMMANDS``)."""
+class ParetoCommand(ManyRunsCommand):
+    """``twin pareto SWEEP.yaml -o DIR``: the subcommand (the CLI registers it)."""
 
     name = "pareto"
     help = "energy-latency Pareto front of a sweep (exhaustive or NSGA-II, on Dask)"
+    input_name = "sweep"
+    input_help = "sweep YAML file (see README: Pareto sweeps)"
+    resume_help = "reuse the runs recorded in DIR/runs.jsonl by an earlier (e.g. killed) invocation"
+    quiet_help = "no progress bars"
 
-    def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        """Declare the arguments."""
-        p.add_argument("sweep", help="sweep YAML file (see README: Pareto sweeps)")
-        p.add_argument("-o", "--output", required=True, help="output directory")
-        from experiments.distributed import add_cluster_arguments
-
-        add_cluster_arguments(p)
+    def add_options(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--method", choices=["auto", "exhaustive", "nsga2"],
                        help="search method (default: the sweep file's, else auto)")
         p.add_argument("--seed", type=int, help="NSGA-II seed (default: nsga2.seed)")
         p.add_argument("--reference", help="pareto.csv of an earlier (e.g. exhaustive) run: "
                        "report NSGA-II's hypervolume as a fraction of it")
-        p.add_argument("--resume", action="store_true", help="reuse the runs recorded in "
-                       "DIR/runs.jsonl by an earlier (e.g. killed) invocation")
-        p.add_argument("--no-plots", action="store_true", help="skip the PNG files")
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
 
-    def run(self, args: argparse.Namespace) -> int:
-        """Load, evaluate, write and print; returns the exit code."""
-        from experiments.distributed import client_from_args
+    def load(self, args: argparse.Namespace) -> tuple[Sweep, pd.DataFrame | None]:
+        """The sweep and the reference front (``--reference``), if any."""
         from experiments.sweep import load_sweep
 
         sweep = load_sweep(args.sweep)
-        reference = None
-        if args.reference:
-            import pandas as pd
+        if not args.reference:
+            return sweep, None
+        import pandas as pd
 
-            ref_path = Path(args.reference)
-            if ref_path.is_dir():
-                ref_path = ref_path / "pareto.csv"
-            if not ref_path.is_file():
-                raise ScenarioError([Problem("--reference", "file not found", args.reference,
-                                             "a pareto.csv or the directory holding it")])
-            reference = pd.read_csv(ref_path)
-        kw = {"method": args.method, "seed": args.seed, "progress": not args.quiet,
-              "reference": reference, "journal": Path(args.output) / "runs.jsonl",
-              "resume": args.resume}
-        with client_from_args(args) as client:
-            result = run_sweep(sweep, client=client, **kw)
+        ref_path = Path(args.reference)
+        if ref_path.is_dir():
+            ref_path = ref_path / "pareto.csv"
+        if not ref_path.is_file():
+            raise ScenarioError([Problem("--reference", "file not found", args.reference,
+                                         "a pareto.csv or the directory holding it")])
+        return sweep, pd.read_csv(ref_path)
+
+    def compute(self, job, args: argparse.Namespace, client) -> ParetoResult:
+        sweep, reference = job
+        return run_sweep(sweep, client=client, method=args.method, seed=args.seed,
+                         progress=not args.quiet, reference=reference,
+                         journal=Path(args.output) / "runs.jsonl", resume=args.resume)
+
+    def report(self, job, result: ParetoResult, args: argparse.Namespace) -> int:
         paths = write_outputs(result, args.output, plots=not args.no_plots)
         print(format_report(result))
         print(f"wrote {len(paths)} files to {args.output}: "

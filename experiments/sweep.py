@@ -37,16 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError
 
+from experiments.many import load_spec_file, read_base
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
     StrictModel,
     field_names,
     problems_from_validation,
-    read_yaml,
-    require_mapping,
 )
 
 #: Metrics computed by the sweep from the summary and the scenario (not in the run summary).
@@ -393,21 +391,10 @@ def load_sweep(path: str | Path | dict[str, Any]) -> Sweep:
     Raises:
         ScenarioError: listing every problem, each with its field path in the sweep file.
     """
-    if isinstance(path, dict):
-        raw, source, here = path, "<sweep>", Path.cwd()
-    else:
-        p = Path(path)
-        source, here = str(p), p.parent
-        raw = read_yaml(p, "sweep")
-    require_mapping(raw, "sweep file", "name, base, space, ...", source)
-    try:
-        spec = SweepSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise ScenarioError(problems_from_validation(exc, known_fields=_KNOWN),
-                            source=source) from None
-
+    spec, source, here = load_spec_file(path, SweepSpec, "sweep", "name, base, space, ...",
+                                        _KNOWN)
     problems: list[Problem] = []
-    base = _read_base(spec.base, here, problems)
+    base = read_base(spec.base, here, problems)
     if base is None:
         raise ScenarioError(problems, source=source)
     base_scen = _load_base(base, spec.set, problems)
@@ -430,28 +417,6 @@ def load_sweep(path: str | Path | dict[str, Any]) -> Sweep:
     space = DesignSpace(tuple(dims), base_dp=base_scen.workload.parallelism.dp,
                         base_micro_batch=base_scen.workload.micro_batch)
     return Sweep(spec, base, space, boundaries, source)
-
-
-def _read_base(base: str | dict[str, Any], here: Path,
-               problems: list[Problem]) -> dict[str, Any] | None:
-    if isinstance(base, dict):
-        return base
-    p = Path(base)
-    if not p.is_absolute():
-        p = here / p
-    if not p.is_file():
-        problems.append(Problem("base", "base scenario file not found", base,
-                                f"a scenario path relative to {here} or an inline mapping"))
-        return None
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        problems.append(Problem("base", f"malformed YAML in {p}: {exc}"))
-        return None
-    if not isinstance(raw, dict):
-        problems.append(Problem("base", "the base scenario must be a YAML mapping", str(p)))
-        return None
-    return raw
 
 
 def _load_base(base: dict[str, Any], overrides: dict[str, Any], problems: list[Problem]):

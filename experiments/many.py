@@ -1,0 +1,339 @@
+"""Many runs: the skeleton every command that runs many twin runs shares.
+
+``twin campaign`` (fault campaigns) and ``twin pareto`` (sweeps) differ in what they run and
+what they make of the results; everything else is written once, here:
+
+* the input file: :func:`load_spec_file` reads and validates a campaign or sweep file, and
+  :func:`read_base` its ``base:`` scenario (a path relative to the file, or inline);
+* the command line: :class:`ManyRunsCommand` declares ``FILE -o DIR [--workers N | --scheduler
+  ADDRESS] [--resume] [--no-plots] [--quiet]`` (plus the command's own options), opens the
+  Dask client and hands over;
+* the Dask client: :func:`client_from_args` / :func:`dask_client` (a ``LocalCluster`` of
+  single-threaded processes by default, an existing cluster by address, none for
+  ``--workers 0``);
+* running: :class:`TaskRunner` submits one task per run, on Dask or in this process, and
+  yields ``(task, result)`` as they finish, with one progress bar (a task that raised yields
+  its exception, so one bad run does not stop the others);
+* resuming: a journal keeps every finished run as it arrives (:class:`RecordDir`: one JSON file
+  per run; :class:`JsonLines`: one line per run); ``--resume`` reads it back, ignoring torn or
+  unreadable records;
+* writing: :func:`atomic_write` and its helpers: an output file is complete or absent.
+
+Tasks write their own files and return small picklable results, so callers persist each one
+immediately and never lose finished work. Heavy imports (Dask, tqdm, pandas) happen inside
+the functions that need them: the ``twin`` CLI imports this module at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.schema import problems_from_validation, read_yaml, require_mapping
+
+
+# ----------------------------------------------------------------------------- input files
+def load_spec_file(path: str | Path | dict[str, Any], model: type[BaseModel], what: str,
+                   keys: str, known_fields: dict[str, list[str]]) -> tuple[Any, str, Path]:
+    """Read and validate a campaign or sweep file.
+
+    Args:
+        path: the YAML file, or an already parsed mapping (relative paths in it are then
+            resolved against the working directory).
+        model: the file's schema.
+        what: what the file is, for messages (``campaign``, ``sweep``).
+        keys: its main keys, for the message when the file is not a mapping.
+        known_fields: allowed keys by dotted parent path (for unknown-key messages).
+
+    Returns:
+        ``(spec, source, folder)``: the validated model, the name used in messages and the
+        folder that relative paths in the file are relative to.
+
+    Raises:
+        ScenarioError: every problem found, each with its field path.
+    """
+    if isinstance(path, dict):
+        raw, source, here = path, f"<{what}>", Path.cwd()
+    else:
+        p = Path(path)
+        raw, source, here = read_yaml(p, what), str(p), p.parent
+    require_mapping(raw, f"{what} file", keys, source)
+    try:
+        return model.model_validate(raw), source, here
+    except ValidationError as exc:
+        raise ScenarioError(problems_from_validation(exc, known_fields=known_fields),
+                            source=source) from None
+
+
+def read_base(base: str | dict[str, Any], here: Path,
+              problems: list[Problem]) -> dict[str, Any] | None:
+    """The ``base:`` scenario of a campaign or sweep file, as a mapping.
+
+    ``base`` is an inline mapping (returned as is) or a YAML file relative to ``here`` (the
+    folder of the file naming it; a path that exists only relative to the working directory is
+    accepted too). Returns None, with a problem under ``base`` added, when it cannot be read.
+    """
+    if isinstance(base, dict):
+        return base
+    p = Path(base) if Path(base).is_absolute() else here / base
+    if not p.is_file() and Path(base).is_file():  # relative to the working directory
+        p = Path(base)
+    if not p.is_file():
+        problems.append(Problem("base", "base scenario file not found", base,
+                                f"a scenario path relative to {here} or an inline mapping"))
+        return None
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        problems.append(Problem("base", f"malformed YAML in {p}: {exc}"))
+        return None
+    if not isinstance(raw, dict):
+        problems.append(Problem("base", "the base scenario must be a YAML mapping", str(p)))
+        return None
+    return raw
+
+
+# ----------------------------------------------------------------------------- the command
+class ManyRunsCommand:
+    """A ``twin`` subcommand that runs many twin runs (same interface as ``twin.cli.Command``).
+
+    Subclasses set ``name``, ``help``, ``input_name`` / ``input_help`` (the positional input
+    file), ``resume_help``, and implement :meth:`load`, :meth:`compute` (runs while the Dask
+    client is open) and :meth:`report` (after it is closed; returns the exit code).
+    """
+
+    name = ""
+    help = ""
+    input_name = "file"
+    input_help = ""
+    resume_help = "reuse the runs an earlier (e.g. killed) invocation finished"
+    quiet_help = "no progress bar"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        """Declare the arguments: input, ``-o``, cluster, the command's own, resume, output."""
+        p.add_argument(self.input_name, help=self.input_help)
+        p.add_argument("-o", "--output", required=True, help="output directory")
+        add_cluster_arguments(p)
+        self.add_options(p)
+        p.add_argument("--resume", action="store_true", help=self.resume_help)
+        p.add_argument("--no-plots", action="store_true", help="skip the PNG files")
+        p.add_argument("--quiet", action="store_true", help=self.quiet_help)
+
+    def add_options(self, p: argparse.ArgumentParser) -> None:
+        """Declare the command's own arguments (none by default)."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Load the input, compute on the client the arguments ask for, report."""
+        job = self.load(args)
+        with client_from_args(args) as client:
+            result = self.compute(job, args, client)
+        return self.report(job, result, args)
+
+    def load(self, args: argparse.Namespace) -> Any:
+        """Read and validate the input (a ScenarioError for bad input)."""
+        raise NotImplementedError
+
+    def compute(self, job: Any, args: argparse.Namespace, client: Any) -> Any:
+        """Run everything ``job`` needs (``client``: a Dask client, or None)."""
+        raise NotImplementedError
+
+    def report(self, job: Any, result: Any, args: argparse.Namespace) -> int:
+        """Write and print the results; return the exit code."""
+        raise NotImplementedError
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    """``--workers N | --scheduler ADDRESS``, shared by every command that runs on Dask."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--workers", type=int,
+                   help="local Dask worker processes (default: one per core; 0: run in this "
+                        "process without Dask)")
+    g.add_argument("--scheduler", help="address of an existing Dask scheduler (the output "
+                                       "directory must be on a file system the workers share)")
+
+
+def client_from_args(args: argparse.Namespace):
+    """Context manager yielding the Dask client the arguments ask for (None for
+    ``--workers 0``); a negative worker count is a field-named error."""
+    if args.workers is not None and args.workers < 0:
+        raise ScenarioError([Problem("--workers", "must be >= 0", args.workers,
+                                     "0 (no Dask) or a number of processes")])
+    if args.workers == 0:
+        return nullcontext(None)
+    return dask_client(args.workers, args.scheduler)
+
+
+@contextmanager
+def dask_client(workers: int | None = None, scheduler: str | None = None,
+                threads_per_worker: int = 1):
+    """A ``dask.distributed.Client``: connected to ``scheduler`` if given, otherwise to a new
+    ``LocalCluster`` of ``workers`` single-threaded processes (default: one per core)."""
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler:
+        client = Client(scheduler)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker,
+                           processes=True, dashboard_address=":0")
+    client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+# ----------------------------------------------------------------------------- running
+class TaskRunner:
+    """Runs ``fn(task)`` for many tasks on a Dask client or, without one, in this process.
+
+    Args:
+        fn: the task function (picklable, for Dask).
+        client: a ``dask.distributed.Client``, or None.
+        progress: show a progress bar (tqdm; hidden when not a terminal).
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], client: Any = None, progress: bool = True):
+        self.fn = fn
+        self.client = client
+        self.progress = progress
+
+    def map(self, tasks: Iterable[Any], desc: str = "runs") -> Iterator[tuple[Any, Any]]:
+        """Yield ``(task, result)`` in completion order; a task that raised yields
+        ``(task, exception)``."""
+        from tqdm import tqdm
+
+        tasks = list(tasks)
+        if not tasks:
+            return
+        bar = tqdm(total=len(tasks), desc=desc, unit="run",
+                   disable=None if self.progress else True)
+        try:
+            for task, result in (self._dask(tasks) if self.client is not None
+                                 else self._serial(tasks)):
+                bar.update(1)
+                yield task, result
+        finally:
+            bar.close()
+
+    def _serial(self, tasks: list[Any]) -> Iterator[tuple[Any, Any]]:
+        for task in tasks:
+            try:
+                result = self.fn(task)
+            except Exception as exc:  # reported to the caller per task
+                result = exc
+            yield task, result
+
+    def _dask(self, tasks: list[Any]) -> Iterator[tuple[Any, Any]]:
+        from dask.distributed import as_completed
+
+        futures = {self.client.submit(self.fn, t, pure=False): t for t in tasks}
+        for fut in as_completed(futures):
+            try:
+                result = fut.result()
+            except Exception as exc:  # reported to the caller per task
+                result = exc
+            yield futures[fut], result
+
+
+# ----------------------------------------------------------------------------- resuming
+class RecordDir:
+    """A journal of one JSON file per finished run, ``DIR/<key>.json``, each written
+    atomically (by the worker that ran it, or by the driver)."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+
+    def start(self) -> None:
+        """Create the directory and remove temporaries a killed invocation left behind."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob(".*.tmp-*"):
+            stale.unlink(missing_ok=True)
+
+    def path(self, key: str) -> Path:
+        """Where the record of run ``key`` goes."""
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record of run ``key``; None when it is missing or unreadable."""
+        try:
+            rec = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return rec if isinstance(rec, dict) else None
+
+    def add(self, key: str, record: dict[str, Any]) -> None:
+        """Store the record of run ``key`` unless its worker already did."""
+        if not self.path(key).exists():
+            atomic_write_json(self.path(key), record)
+
+
+class JsonLines:
+    """A journal of one JSON line per finished run, appended as runs finish; a torn last line
+    (the invocation was killed while writing it) is ignored when reading."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def start(self, resume: bool) -> list[dict[str, Any]]:
+        """The records kept by an earlier invocation with ``resume``; otherwise start an empty
+        journal (and return none)."""
+        if resume and self.path.is_file():
+            out = []
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    out.append(rec)
+            return out
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")
+        return []
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Append one finished run."""
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=str) + "\n")
+
+
+# ----------------------------------------------------------------------------- writing
+def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """Call ``write(temporary path)`` next to ``path``, then rename it to ``path``: readers see
+    the old file or the complete new one, never a partial one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, **dumps: Any) -> Path:
+    """Write ``obj`` as JSON (``json.dumps`` keyword arguments in ``dumps``) atomically."""
+    return atomic_write_text(path, json.dumps(obj, **dumps))
+
+
+def atomic_write_table(df: Any, path: str | Path) -> Path:
+    """Write a DataFrame atomically, as Parquet (pyarrow) or CSV by the file's suffix."""
+    if Path(path).suffix == ".parquet":
+        return atomic_write(path, lambda tmp: df.to_parquet(tmp, engine="pyarrow", index=False))
+    return atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
