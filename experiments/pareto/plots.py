@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
 
-    from experiments.pareto import ParetoResult
+    from experiments.pareto.result import ParetoResult
 
 MAX_LABELS = 14
 
