@@ -14,8 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from twin.kernel.errors import Problem, ScenarioError
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
