@@ -85,7 +85,7 @@ class Fabric:
 
     Args:
         env: SimPy environment.
-        topo: the topology (``topologies.graph.Topology``).
+        topo: the topology (``topologies.base.Topology``).
         router: route provider with ``route(src, dst)`` and ``fail_edge/restore_edge``.
         link_specs: link spec per catalog name used on the topology's edges.
         model: ``flow`` or ``packet``.

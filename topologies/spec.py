@@ -1,7 +1,7 @@
 """Typed topology description (the ``cluster.topology`` section of a scenario).
 
 Kinds and the shape each takes (devices are always addressable on a 2D (or 3D) arrangement,
-``coords`` of :class:`~topologies.graph.Topology`, so placement and the trace's ``x``/``y``
+``coords`` of :class:`~topologies.base.Topology`, so placement and the trace's ``x``/``y``
 columns make sense for every kind):
 
 ===============  =============  ========================================================
