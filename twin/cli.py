@@ -167,11 +167,11 @@ class CheckCommand(Command):
 
 class CatalogCommand(Command):
     name = "catalog"
-    help = "list catalog entries (devices, links, models, hbm, failures)"
+    help = "list catalog entries (devices, links, models, hbm, failures, hosts)"
 
     def add_arguments(self, p):
         p.add_argument("kind", nargs="?",
-                       choices=["devices", "links", "models", "hbm", "failures"],
+                       choices=["devices", "links", "models", "hbm", "failures", "hosts"],
                        help="which catalog (default: all)")
 
     def run(self, args):
