@@ -34,9 +34,10 @@ class HostSpec(StrictModel):
     gpus: int = Field(ge=1, description="GPUs per host (the node a data path is shared by)")
     cpu_cores: int = Field(ge=1, description="CPU cores of the host (all sockets)")
     pcie_h2d_gbps: PositiveFloat = Field(
+        ge=1e-6,
         description="achievable host-to-device copy bandwidth of one GPU's PCIe port, 1e9 B/s")
     storage_read_gbps: PositiveFloat = Field(
-        description="read bandwidth of the node's training-data storage, 1e9 B/s")
+        ge=1e-6, description="read bandwidth of the node's training-data storage, 1e9 B/s")
 
 
 class BandwidthServer:

@@ -84,26 +84,28 @@ class DataSpec(StrictModel):
         default=None, ge=1, description="GPUs sharing one host (default: a switched node's "
                                         "GPUs, else host.gpus); node of device d = d // this")
     storage_gbps: PositiveFloat | None = Field(
-        default=None, description="storage read bandwidth per node, 1e9 B/s "
+        default=None, ge=1e-6, description="storage read bandwidth per node, 1e9 B/s "
                                   "(default host.storage_read_gbps)")
     pcie_gbps: PositiveFloat | None = Field(
-        default=None, description="host-to-device copy bandwidth per GPU, 1e9 B/s "
+        default=None, ge=1e-6, description="host-to-device copy bandwidth per GPU, 1e9 B/s "
                                   "(default host.pcie_h2d_gbps)")
     workers: int = Field(default=2, ge=1, le=4096,
                          description="preprocessing workers per loading rank (Megatron-LM's "
                                      "--num-workers default)")
     preprocess_ms_per_sample: NonNegativeFloat = Field(
-        default=0.0, description="CPU time to prepare one sample (sequence) on one worker, ms")
+        default=0.0, le=1e9,
+        description="CPU time to prepare one sample (sequence) on one worker, ms")
     prefetch_batches: int | None = Field(
         default=None, ge=1, le=1 << 16,
         description="microbatches per rank in flight or ready ahead of the compute stream "
                     "(default 2 x workers: PyTorch's prefetch_factor 2 per worker)")
     bytes_per_token: PositiveFloat | None = Field(
-        default=None, description="bytes read from storage per token (default: the smallest "
-                                  "integer type holding the vocabulary, 2 or 4, as Megatron's "
-                                  "indexed datasets store token ids)")
+        default=None, le=1e9,
+        description="bytes read from storage per token (default: the smallest integer type "
+                    "holding the vocabulary, 2 or 4, as Megatron's indexed datasets store "
+                    "token ids)")
     h2d_bytes_per_token: PositiveFloat = Field(
-        default=16.0, description="bytes copied to the GPU per token (int64 input ids and "
+        default=16.0, le=1e9, description="bytes copied to the GPU per token (int64 input ids and "
                                   "labels, as torchtitan copies them)")
 
     def problems(self, prefix: str = "data") -> list[Problem]:
