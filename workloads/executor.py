@@ -171,11 +171,7 @@ class Executor:
                 elif op == DATA:  # the microbatch's input from the data path
                     ev = self.data.ready(cls, it, ins[1])
                     if not ev.triggered:
-                        acc.wait_start("data_wait")
-                        waiting[cls] = "data_wait"
-                        yield ev
-                        waiting[cls] = None
-                        acc.wait_end("data_wait")
+                        yield from self._blocked(cls, "data_wait", ev)
                     self.data.consumed(cls, it, ins[1])
                     if env.now > t0:
                         st.data_wait_s += env.now - t0
@@ -194,6 +190,16 @@ class Executor:
         self._finished += 1
         if self._finished == len(self.stats):
             self.done.succeed()
+
+    def _blocked(self, cls: int, kind: str, ev: simpy.Event):
+        """Process body: the compute stream of ``cls`` waits for ``ev`` (a wait of ``kind``,
+        seen by the accelerator's bubble down-clocking and by :meth:`abort`)."""
+        acc = self.accelerators[cls]
+        acc.wait_start(kind)
+        self._waiting[cls] = kind
+        yield ev
+        self._waiting[cls] = None
+        acc.wait_end(kind)
 
     # ----------------------------------------------------------------- job control
     def _start_agents(self, start: int) -> list[simpy.Process]:
