@@ -247,3 +247,10 @@ def test_bad_data_section_names_the_field(override, field):
     with pytest.raises(ScenarioError) as exc:
         twin.load_scenario(BASE, override)
     assert field in [p.path for p in exc.value.problems]
+
+
+def test_twin_validate_data_rows(capsys):
+    from twin.cli import main
+
+    assert main(["validate", "--only", "data", "--strict"]) == 0
+    assert "data-starved wait fraction" in capsys.readouterr().out
