@@ -254,3 +254,19 @@ def test_twin_validate_data_rows(capsys):
 
     assert main(["validate", "--only", "data", "--strict"]) == 0
     assert "data-starved wait fraction" in capsys.readouterr().out
+
+
+def test_data_starved_library_scenario(tmp_path):
+    """scenarios/data_starved.yaml (README numbers): 2 workers per rank at 100 ms per sample,
+    2 sequences per microbatch: 2 / 0.2 s = 10 microbatches/s per rank, 2 per iteration, so
+    every iteration after the first takes 0.2 s (the loader's pace)."""
+    scen = twin.load_scenario("scenarios/data_starved.yaml",
+                              [f"trace.path={tmp_path / 'd.h5'}"])
+    d = scen.data
+    w = scen.workload
+    rate = d.workers / (w.micro_batch * d.preprocess_ms_per_sample * 1e-3)
+    res = twin.run(scen)
+    m = res.summary["microbatches"]
+    np.testing.assert_allclose(res.iteration_times_s[1:], m / rate, rtol=1e-4)
+    assert res.summary["data_path"]["bottleneck"] == "cpu"
+    assert res.summary["iteration_time_converged"] is True
