@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -199,7 +201,7 @@ class _Entry:
     __slots__ = ("cls", "cpu", "node", "pcie", "prep_s", "rank", "slots")
 
     def __init__(self, node: int, rank: int, cls: int, cpu: WorkerPool, prep_s: float,
-                 pcie: BandwidthServer):
+                 pcie: Any):
         self.node, self.rank, self.cls = node, rank, cls
         self.cpu, self.prep_s, self.pcie = cpu, prep_s, pcie
         self.slots: simpy.Container | None = None
@@ -221,12 +223,16 @@ class DataPath:
         iterations: iterations of the run.
         record: keep one row per load for the trace table ``data``.
         gpus_per_node: GPUs per host (reported).
+        pcie_port: ``pcie_port(rank)`` -> the rank's host-to-device port, any object with a
+            ``transfer(nbytes)`` process body (e.g. a PCIe-switch agent shared with NICs; its
+            ``bytes_per_s`` and ``busy_s``, if it has them, go into the report);
+            default: a ``devices.host.BandwidthServer`` of its own at ``pcie_bps``.
     """
 
     def __init__(self, env: simpy.Environment, plans: list[NodePlan], cost: LoadCost, *,
                  storage_bps: float, pcie_bps: float, workers: int, cpu_cores: int, depth: int,
                  microbatches: int, iterations: int, record: bool = False,
-                 gpus_per_node: int = 0):
+                 gpus_per_node: int = 0, pcie_port: Callable[[int], Any] | None = None):
         self.env = env
         self.gpus_per_node = gpus_per_node
         self.plans = plans
@@ -236,12 +242,15 @@ class DataPath:
         self.total = self.m * int(iterations)
         self.storage = [BandwidthServer(env, storage_bps) for _ in plans]
         self.entries: list[_Entry] = []
+        if pcie_port is None:
+            def pcie_port(_rank: int) -> BandwidthServer:
+                return BandwidthServer(env, pcie_bps)
         for i, p in enumerate(plans):
             share = max(1.0, workers * len(p.ranks) / cpu_cores)  # oversubscribed cores
             for r, c in zip(p.ranks, p.classes, strict=True):
                 self.entries.append(_Entry(i, r, c, WorkerPool(env, workers),
                                            cost.preprocess_s * share,
-                                           BandwidthServer(env, pcie_bps)))
+                                           pcie_port(r)))
         self._of_class: dict[int, list[_Entry]] = defaultdict(list)
         for e in self.entries:
             self._of_class[e.cls].append(e)
@@ -354,13 +363,13 @@ class DataPath:
         limits = {
             "storage": self.storage[busiest].bytes_per_s / (c * cost.read_bytes),
             "cpu": e.cpu.servers / e.prep_s if e.prep_s > 0 else math.inf,
-            "pcie": e.pcie.bytes_per_s / cost.h2d_bytes,
+            "pcie": getattr(e.pcie, "bytes_per_s", math.nan) / cost.h2d_bytes,
         }
         span = makespan if makespan > 0 else 1.0
         util = {
             "storage": max(s.busy_s for s in self.storage) / span,
             "cpu": max(x.cpu.busy_s / x.cpu.servers for x in self.entries) / span,
-            "pcie": max(x.pcie.busy_s for x in self.entries) / span,
+            "pcie": max(getattr(x.pcie, "busy_s", math.nan) for x in self.entries) / span,
         }
         return {
             "gpus_per_node": self.gpus_per_node,
