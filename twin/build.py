@@ -101,6 +101,7 @@ def build(scen: Scenario) -> Model:
                                                    if w.model.tied_embeddings and par.pp > 1
                                                    else 0)) / par.tp * ge,
             bucket_bytes=w.grad_bucket_mb * 1e6,
+            load_input=scen.data.enabled,
         )
         schedule = w.schedule if par.pp > 1 else "1f1b"
         programs[stage] = build_program(work, schedule)

@@ -30,7 +30,7 @@ from devices.fabric import Fabric
 from twin.kernel.records import Recorder
 from workloads import collectives
 from workloads.parallel import Layout
-from workloads.schedules import COMPUTE, DP_START, DP_WAIT, RECV, SEND, TP
+from workloads.schedules import COMPUTE, DATA, DP_START, DP_WAIT, RECV, SEND, TP
 from workloads.transformer import Block
 
 
@@ -41,6 +41,7 @@ class CommStats:
     tp_s: float = 0.0
     recv_s: float = 0.0
     dp_wait_s: float = 0.0
+    data_wait_s: float = 0.0
     comm_stream_s: float = 0.0
     iteration_end: list[float] = field(default_factory=list)
 
@@ -62,13 +63,15 @@ class Executor:
             that change the class's accelerator, e.g. heavy-tailed HBM service).
         chained: run tensor-parallel collectives as chained fabric transfers instead of
             processes (faster; only for runs that nothing can abort or cut off).
+        data: the data path (``workloads.data.DataPath``) that ``DATA`` instructions take
+            their input from, or None.
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
                  programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
                  job=None, before_block: Callable[[int], None] | None = None,
-                 chained: bool = False):
+                 chained: bool = False, data=None):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -87,6 +90,7 @@ class Executor:
         self.job = job
         self.before_block = before_block
         self.chained = chained
+        self.data = data
         self.done = env.event()
         self.epoch = 0
         self._live: set[simpy.Process] = set()
@@ -164,6 +168,15 @@ class Executor:
                         st.dp_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "dp_wait", "dp_wait", -1, -1, -1, t0, env.now,
                                0.0)
+                elif op == DATA:  # the microbatch's input from the data path
+                    ev = self.data.ready(cls, it, ins[1])
+                    if not ev.triggered:
+                        yield from self._blocked(cls, "data_wait", ev)
+                    self.data.consumed(cls, it, ins[1])
+                    if env.now > t0:
+                        st.data_wait_s += env.now - t0
+                        rec.op(cls, it, "compute", "data_wait", "data_wait", ins[1], -1, -1, t0,
+                               env.now, 0.0)
             st.iteration_end.append(env.now)
             if job is not None and job.due(it):
                 t0 = env.now
@@ -177,6 +190,16 @@ class Executor:
         self._finished += 1
         if self._finished == len(self.stats):
             self.done.succeed()
+
+    def _blocked(self, cls: int, kind: str, ev: simpy.Event):
+        """Process body: the compute stream of ``cls`` waits for ``ev`` (a wait of ``kind``,
+        seen by the accelerator's bubble down-clocking and by :meth:`abort`)."""
+        acc = self.accelerators[cls]
+        acc.wait_start(kind)
+        self._waiting[cls] = kind
+        yield ev
+        self._waiting[cls] = None
+        acc.wait_end(kind)
 
     # ----------------------------------------------------------------- job control
     def _start_agents(self, start: int) -> list[simpy.Process]:
@@ -221,6 +244,8 @@ class Executor:
                 self.accelerators[cls].wait_end(kind)
                 self._waiting[cls] = None
         self._live.clear()
+        if self.data is not None:
+            self.data.abort()
         return draining
 
     def restart(self, start_iteration: int) -> None:
@@ -232,6 +257,8 @@ class Executor:
         self._busy[:] = [False] * len(self._busy)
         for st in self.stats:
             del st.iteration_end[start_iteration:]
+        if self.data is not None:
+            self.data.restart(start_iteration)
         self._start_agents(start_iteration)
 
     def finish(self, makespan: float) -> None:

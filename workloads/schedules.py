@@ -11,7 +11,10 @@ A program is a list of tuples ``(opcode, ...)``:
 * ``(DP_START, bucket, nbytes)`` - start a gradient all-reduce of a bucket on the
   communication stream (overlaps with the remaining backward work);
 * ``(DP_WAIT,)`` - wait for every started bucket;
-* ``(COMPUTE, "optimizer", -1, -1, -1)`` - the optimizer step.
+* ``(COMPUTE, "optimizer", -1, -1, -1)`` - the optimizer step;
+* ``(DATA, mb)`` - take microbatch ``mb``'s input from the data path (``workloads.data``),
+  waiting if it is not ready; only with ``StageWork.load_input``, before the first forward
+  block of each microbatch on the first virtual stage.
 
 Schedules decide the order of forward (F) and backward (B) units ``(chunk, mb)``:
 GPipe (all F then all B), 1F1B (PipeDream-flush: ``pp - stage - 1`` warm-up forwards, then
@@ -22,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT = range(6)
-OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait")
+COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, DATA = range(7)
+OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "data")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class StageWork:
     embed_grad_bytes: float      # gradient bytes of embedding (stage 0) on one rank
     head_grad_bytes: float       # gradient bytes of the untied output layer (last stage)
     bucket_bytes: float
+    load_input: bool = False     # the data path feeds the first virtual stage (DATA)
 
 
 def unit_order(schedule: str, stage: int, pp: int, m: int,
@@ -111,6 +115,8 @@ def build_program(w: StageWork, schedule: str) -> list[tuple]:
             if vstage > 0:
                 prog.append((RECV, -1, ("F", mb, c)))
             else:
+                if w.load_input:
+                    prog.append((DATA, mb))
                 prog.append((COMPUTE, "embed_fwd", mb, c, -1))
             for layer in layers:
                 for blk in ("attn_fwd", "mlp_fwd"):
