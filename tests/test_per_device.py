@@ -4,6 +4,8 @@ the twin's router, collectives and fabric."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -69,7 +71,7 @@ def _expected(wrap: bool, n_bytes: float, makespan: float):
         path = _dor_route(a, b, wrap)
         for mid in path[1:-1]:
             fwd[mid] += share * n_bytes
-        for u, v in zip(path, path[1:], strict=False):
+        for u, v in itertools.pairwise(path):
             link_bytes[(u, v)] = link_bytes.get((u, v), 0.0) + share * n_bytes
     port = np.zeros(N * N)
     neighbours = []
@@ -121,7 +123,7 @@ def test_torus_positions_are_alike(tmp_path):
     s = res.summary
     df = read_table(res.trace_path, "devices")
     n_bytes = s["bytes_sent"] / 30
-    fwd, port, router = _expected(True, n_bytes, s["makespan_s"])
+    fwd, port, _router = _expected(True, n_bytes, s["makespan_s"])
     assert (df["forwarded_bytes"] == 0).all() and fwd.sum() == 0   # every ring edge is 1 hop
     np.testing.assert_allclose(df.sort_values("device")["port_j"], port, rtol=1e-9)
     assert set(df["position"].astype(str)) == {"all"}

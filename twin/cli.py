@@ -211,6 +211,39 @@ class LimitsCommand(Command):
         return 0
 
 
+class ExportCommand(Command):
+    name = "export"
+    help = "write a trace as a timeline for the Perfetto UI or chrome://tracing"
+
+    def add_arguments(self, p):
+        from twin.export import DEFAULT_MAX_MB, FORMATS
+
+        p.add_argument("trace", help="trace file (.h5)")
+        p.add_argument("-o", "--output", required=True,
+                       help="output: RUN.pftrace (perfetto) or RUN.json[.gz] (chrome)")
+        p.add_argument("--format", choices=FORMATS,
+                       help="perfetto (protobuf) or chrome (Trace Event Format JSON); default: "
+                            "from the file name")
+        p.add_argument("--window", metavar="T0:T1", help="only this time window, seconds")
+        p.add_argument("--devices", metavar="LIST",
+                       help="only the rank classes holding these devices, e.g. 0-3,8")
+        p.add_argument("--max-mb", type=float, default=DEFAULT_MAX_MB,
+                       help=f"cut the timeline to stay under this size (default "
+                            f"{DEFAULT_MAX_MB:g} MB)")
+
+    def run(self, args):
+        from twin.export import export_trace
+
+        r = export_trace(args.trace, args.output, args.format, args.window, args.devices,
+                         args.max_mb)
+        print(f"{r.format}: {r.path} ({r.slices} slices, {r.flows} flows, {r.counters} "
+              f"counter values, {r.instants} instants)")
+        if r.cut_at_s is not None:
+            print(f"cut at t = {r.cut_at_s:.6g} s to stay under {args.max_mb:g} MB; use "
+                  "--window / --devices for the rest", file=sys.stderr)
+        return 0
+
+
 class ValidateCommand(Command):
     name = "validate"
     help = "compare the twin with theory and published figures, printing the error of each"
@@ -235,7 +268,7 @@ class ValidateCommand(Command):
 
 
 COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand(),
-                           LimitsCommand(), ValidateCommand()]
+                           LimitsCommand(), ExportCommand(), ValidateCommand()]
 
 from experiments.pareto import ParetoCommand  # noqa: E402  (the facade may import anything)
 
