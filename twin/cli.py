@@ -91,6 +91,8 @@ class RunCommand(Command):
         p.add_argument("--plot", help="also write a timeline PNG here")
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
         p.add_argument("--all", action="store_true", help="print every summary key")
+        p.add_argument("--report", metavar="REPORT.html", dest="report_html",
+                       help="also write the HTML report (twin report) of the trace here")
 
     def run(self, args):
         from twin.api import load_scenario, run
@@ -111,6 +113,16 @@ class RunCommand(Command):
             from twin.plots import timeline
 
             print(f"timeline: {timeline(result.trace_path, args.plot)}")
+        if args.report_html:
+            if not result.trace_path:
+                raise ScenarioError("--report needs the run's trace (trace.enabled is false)")
+            from twin.report import build_report, format_report, write_html
+
+            rep = build_report(result.trace_path)
+            if not args.json:
+                print(format_report(rep))
+            print(f"report: {write_html(rep, result.trace_path, args.report_html)}",
+                  file=sys.stderr if args.json else sys.stdout)
         return 0
 
 
@@ -244,6 +256,39 @@ class ExportCommand(Command):
         return 0
 
 
+class ReportCommand(Command):
+    name = "report"
+    help = "critical-path attribution, energy by component and position, bottleneck verdict"
+
+    def add_arguments(self, p):
+        add_report_arguments(p)
+        p.add_argument("trace", help="trace file (.h5)")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def run(self, args):
+        from twin.report import build_report, format_report
+
+        rep = build_report(args.trace, args.sweep)
+        if args.json:
+            print(json.dumps(rep, indent=2))
+        else:
+            print(format_report(rep))
+        if args.report_html:
+            from twin.report import write_html
+
+            print(f"report: {write_html(rep, args.trace, args.report_html)}",
+                  file=sys.stderr if args.json else sys.stdout)
+        return 0
+
+
+def add_report_arguments(p: argparse.ArgumentParser, flag: str = "-o") -> None:
+    """Arguments of the report (``twin report -o``; ``twin run --report``)."""
+    p.add_argument(flag, "--output" if flag == "-o" else "--report", dest="report_html",
+                   metavar="REPORT.html", help="write the HTML report here")
+    p.add_argument("--sweep", metavar="DIR", help="a twin pareto output (points.csv) to name "
+                                                  "the next-best strategy from")
+
+
 class ValidateCommand(Command):
     name = "validate"
     help = "compare the twin with theory and published figures, printing the error of each"
@@ -268,7 +313,7 @@ class ValidateCommand(Command):
 
 
 COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand(),
-                           LimitsCommand(), ExportCommand(), ValidateCommand()]
+                           LimitsCommand(), ExportCommand(), ReportCommand(), ValidateCommand()]
 
 from experiments.pareto import ParetoCommand  # noqa: E402  (the facade may import anything)
 
