@@ -163,3 +163,18 @@ def test_inlet_gradient_sets_air_by_position_and_heat_follows(tmp_path):
     pos = df["position"].astype(str).to_numpy()
     assert (df["max_temp_c"][pos == "interior"].min()
             > df["max_temp_c"][pos == "corner"].max() + 5)
+
+
+def test_edge_effect_experiment_writes_fronts_and_the_answer(tmp_path):
+    import json
+
+    from experiments.edge_effect import main
+
+    assert main(["-o", str(tmp_path), "--fast"]) == 0
+    ans = json.loads((tmp_path / "edge_effect.json").read_text())
+    mesh = ans["mesh2d/none"]
+    assert mesh["classes"] == ["corner", "edge", "interior"]
+    assert mesh["interior_vs_corner_energy_gap"]["min"] > 0   # more links, more forwarding
+    assert ans["torus2d/none"]["classes"] == ["all"]
+    assert (tmp_path / "edge_effect.png").stat().st_size > 0
+    assert len((tmp_path / "edge_effect.csv").read_text().splitlines()) == 1 + 2 * 3 * 4
