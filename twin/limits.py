@@ -63,11 +63,15 @@ def shannon_energy_per_bit(rate_bps: float, bandwidth_hz: float, temperature_k: 
     f = 10.0 ** (noise_figure_db / 10.0)
     n0 = BOLTZMANN_J_PER_K * (temperature_k + (f - 1.0) * NOISE_REF_K)
     eta = rate_bps / bandwidth_hz
-    return n0 * math.expm1(eta * math.log(2.0)) / eta
+    x = eta * math.log(2.0)
+    if x > 700.0:  # 2^eta beyond a float: a rate no finite signal power carries in B
+        return math.inf
+    return n0 * math.expm1(x) / eta
 
 
 def link_shannon(spec: dict[str, Any], temperature_k: float) -> dict[str, Any] | None:
-    """The bound of one link type (a link spec mapping), or None without lanes / symbol rate."""
+    """The bound of one link type (a link spec mapping), or None without lanes / symbol rate
+    (or when its rate needs over 1000 bit/s/Hz, e.g. a bandwidth override no lane carries)."""
     lanes, baud = spec.get("lanes"), spec.get("symbol_rate_gbaud")
     if not lanes or not baud:
         return None
@@ -75,6 +79,8 @@ def link_shannon(spec: dict[str, Any], temperature_k: float) -> dict[str, Any] |
     bw = float(baud) * 1e9 / 2.0
     nf = float(spec.get("noise_figure_db") or 0.0)
     e_b = shannon_energy_per_bit(rate, bw, temperature_k, nf)
+    if not math.isfinite(e_b):
+        return None
     actual = float(spec["energy_pj_per_bit"]) * 1e-12
     return {"lane_rate_bps": rate, "bandwidth_hz": bw, "spectral_efficiency": rate / bw,
             "noise_figure_db": nf, "j_per_bit": e_b, "catalog_j_per_bit": actual,
@@ -198,7 +204,8 @@ def format_limits(lim: dict[str, Any]) -> str:
                      f"{sh['actual_j']:.4g} J  {shown} (link energy)")
         for t, v in sh["link_types"].items():
             if v is None:
-                lines.append(f"    {t}: no bound (catalog lacks lanes / symbol_rate_gbaud)")
+                lines.append(f"    {t}: no bound (no lanes / symbol_rate_gbaud in the "
+                             "catalog, or a rate above 1000 b/s/Hz)")
                 continue
             lines.append(f"    {t}: {v['lane_rate_bps'] / 1e9:.4g} Gb/s per lane in "
                          f"{v['bandwidth_hz'] / 1e9:.4g} GHz ({v['spectral_efficiency']:.3g} "
