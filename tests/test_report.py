@@ -133,3 +133,23 @@ def test_report_errors_are_clear(tmp_path, capsys):
     assert main(["report", str(res.trace_path)]) == 2
     assert "lacks table(s) power" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "none.h5")]) == 2
+
+
+def test_sweep_names_the_next_best_point(tmp_path):
+    import pandas as pd
+
+    res = _run(tmp_path, "sw")
+    t = res.summary["iteration_time_s"]
+    e = res.summary["energy_per_iteration_j"]
+    pd.DataFrame({"label": ["this", "faster", "fastest-but-invalid", "slower"],
+                  "strategy": ["8-1-1", "4-2-1", "2-4-1", "1-8-1"],
+                  "status": ["ok", "ok", "invalid", "ok"],
+                  "iteration_time_s": [t, t / 2, t / 4, 2 * t],
+                  "energy_per_iteration_j": [e, 1.5 * e, e, e]}).to_csv(
+        tmp_path / "points.csv", index=False)
+    v = build_report(res.trace_path, sweep=tmp_path)["verdict"]
+    assert v["next_best"]["label"] == "faster"
+    assert v["next_best"]["speedup"] == pytest.approx(2.0)
+    assert "faster runs an iteration" in v["what_would_move_it"] and "1.50x the energy" in \
+        v["what_would_move_it"]
+    assert main(["report", str(res.trace_path), "--sweep", str(tmp_path / "none")]) == 2

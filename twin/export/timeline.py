@@ -143,10 +143,10 @@ def _link_counters(td: TraceData, msgs: pd.DataFrame, devices: np.ndarray | None
     if not td.has("phase_links") or msgs.empty or "plan" not in msgs:
         return pd.DataFrame(columns=["pid", "track", "t", "value"])
     links = td.table("links")
+    cand = links if devices is None else links[links["src"].isin(devices)]
+    top = cand[cand["bytes"] > 0].nlargest(TOP_LINKS, "bytes")["link"].astype(int)
     pl = td.table("phase_links")
-    if devices is not None:
-        keep = set(links.loc[links["src"].isin(devices), "link"].astype(int))
-        pl = pl[pl["link"].isin(keep)]
+    pl = pl[pl["link"].isin(set(top))]
     m = msgs[(msgs["plan"] >= 0) & (msgs["t_end"] > msgs["t_start"])]
     j = m[["t_start", "t_end", "plan"]].merge(pl, on="plan")
     if j.empty:
@@ -253,41 +253,62 @@ def _thread_name(tid: int, extra: list[str]) -> str:
 
 
 def _flows(sl: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
-    rows: list[tuple[int, int, str]] = []
-    comp = sl[(sl["_base"] == COMPUTE)]
-    by_pid = {p: g for p, g in comp.groupby("pid")}
+    """Pipeline-send and rendezvous flows as (source slice row, destination slice row)."""
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    names: list[np.ndarray] = []
+    pid = sl["pid"].to_numpy()
+    base = sl["_base"].to_numpy()
+    t0, t1 = sl["t0"].to_numpy(), sl["t1"].to_numpy()
     if "_dst" in sl:
-        for i in np.flatnonzero(sl["_base"].to_numpy() == PP):
-            g = by_pid.get(int(sl.at[i, "_dst"]) + 1)
-            if g is None:
+        sends = np.flatnonzero(base == PP)
+        to = sl["_dst"].to_numpy()[sends]
+        for c in np.unique(to[np.isfinite(to)]):
+            rows = np.flatnonzero((base == COMPUTE) & (pid == int(c) + 1))  # sorted by t0
+            if not len(rows):
                 continue
-            t_arr = sl.at[i, "t1"]
-            hit = g[g["_recv"] & (np.abs(g["t1"] - t_arr) <= 1e-12 * max(t_arr, 1.0))]
-            if hit.empty:
-                hit = g[g["t0"] >= t_arr].head(1)
-            if len(hit):
-                rows.append((int(i), int(hit.index[0]), "pipeline send"))
+            mine = sends[to == c]
+            arrive = t1[mine]
+            recv = rows[sl["_recv"].to_numpy()[rows]]
+            by_end = recv[np.argsort(t1[recv], kind="stable")]
+            hit = np.zeros(len(mine), dtype=bool)  # the wait that ended at the arrival
+            waited = np.zeros(len(mine), dtype=np.int64)
+            if len(by_end):
+                k = np.minimum(np.searchsorted(t1[by_end], arrive * (1 - 1e-12)),
+                               len(by_end) - 1)
+                waited = by_end[k]
+                hit = np.abs(t1[waited] - arrive) <= 1e-12 * np.maximum(arrive, 1.0)
+            nxt = np.searchsorted(t0[rows], arrive)  # else the next block after the arrival
+            ok = hit | (nxt < len(rows))
+            target = np.where(hit, waited, rows[np.minimum(nxt, len(rows) - 1)])
+            src.append(mine[ok])
+            dst.append(target[ok])
+            names.append(np.full(int(ok.sum()), "pipeline send"))
     if not ranks.empty:
-        for kind, base, key in (("tp", TP, ["dp", "pp"]), ("dp", DP, ["pp", "tp"])):
-            s = sl[sl["_base"] == base]
+        has_bytes = np.isfinite(sl["bytes"].to_numpy())
+        for kind, b, key in (("tp", TP, ["dp", "pp"]), ("dp", DP, ["pp", "tp"])):
+            rows_of = {int(p): np.flatnonzero((base == b) & (pid == p))
+                       for p in np.unique(pid[base == b])}
             for _, grp in ranks.groupby(key):
                 cls = sorted(set(grp["cls"].astype(int)))
-                if len(cls) < 2:
+                if len(cls) < 2 or any(c + 1 not in rows_of for c in cls):
                     continue
-                per = [s[s["pid"] == c + 1].sort_values("t0") for c in cls]
-                n = min(len(p) for p in per)
-                for k in range(n):
-                    inst = [p.iloc[k] for p in per]
-                    idx = [p.index[k] for p in per]
-                    # the class that arrived last started it (ties: the one whose phases
-                    # carry the bytes, i.e. the collective's owner)
-                    last = max(range(len(inst)), key=lambda j: (inst[j]["t0"],
-                                                               not np.isnan(inst[j]["bytes"])))
-                    rows += [(int(idx[last]), int(idx[j]), f"{kind} rendezvous")
-                             for j in range(len(idx)) if j != last]
-    return pd.DataFrame({"id": np.arange(1, len(rows) + 1),
-                         "src": [r[0] for r in rows], "dst": [r[1] for r in rows],
-                         "name": [r[2] for r in rows]})
+                n = min(len(rows_of[c + 1]) for c in cls)
+                idx = np.stack([rows_of[c + 1][:n] for c in cls])  # (classes, instances)
+                # the class that arrived last started it (ties: the owner of the phases)
+                score = t0[idx] + 0.0
+                last = np.lexsort((has_bytes[idx], score), axis=0)[-1]
+                first = idx[last, np.arange(n)]
+                for j in range(len(cls)):
+                    sel = last != j
+                    src.append(first[sel])
+                    dst.append(idx[j][sel])
+                    names.append(np.full(int(sel.sum()), f"{kind} rendezvous"))
+    s = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
+    d = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
+    nm = np.concatenate(names) if names else np.zeros(0, dtype=object)
+    return pd.DataFrame({"id": np.arange(1, len(s) + 1), "src": s.astype(np.int64),
+                         "dst": d.astype(np.int64), "name": nm})
 
 
 def _power_counters(td: TraceData, classes: list[int],
