@@ -38,6 +38,8 @@ CASES = {
     "pp4-interleaved": ["workload.parallelism.dp=2", "workload.parallelism.pp=4",
                         "workload.schedule=interleaved", "workload.virtual_stages=2",
                         "workload.iterations=2"],
+    "memory-queue": ["memory.model=queue", "workload.parallelism.dp=4",
+                     "workload.parallelism.pp=2"],
     "cap-bubble-downclock": ["power.cap_w=300", "workload.parallelism.dp=4",
                              "workload.parallelism.pp=2", "power.dvfs.bubble_downclock=true"],
 }
