@@ -78,6 +78,7 @@ class MessageRecord(NamedTuple):
     max_hops: int
     src: int
     dst: int
+    plan: int = -1  # route plan (``Fabric.plan_links``); -1: routed around failures, no plan
 
 
 class Fabric:
@@ -120,6 +121,8 @@ class Fabric:
             self.energy_per_byte[lid] = spec.energy_pj_per_bit * 8e-12
             self.idle_w[lid] = spec.idle_w * count / 2.0  # idle power split per direction
         self._plans: dict[Phase, tuple] = {}  # see _plan
+        self.keep_plan_links = record is not None  # traced runs keep plan_links
+        self.plan_links: list[tuple[int, np.ndarray, np.ndarray]] = []  # (plan, links, bytes)
         self._plan_serial = 0
         self.bytes_sent = np.zeros(topo.n_devices)
         self.bytes_received = np.zeros(topo.n_devices)
@@ -214,7 +217,8 @@ class Fabric:
         if self.record is not None:
             self.record(MessageRecord(t0, self.env.now, name, owner, len(src), phase.steps,
                                       float(total.sum()), hops, int(src[0]) if len(src) else -1,
-                                      int(dst[0]) if len(dst) else -1))
+                                      int(dst[0]) if len(dst) else -1,
+                                      key[0] if key is not None else -1))
 
     def start(self, phases: list[Phase], name: str = "", owner: int = -1) -> simpy.Event:
         """Run ``phases`` one after the other without a SimPy process (flow model, fault-free
@@ -274,7 +278,14 @@ class Fabric:
         hops = max((len(r) for r in routes), default=0)
         n = len(phase.src)
         row = (n, phase.steps, float(total.sum()), hops,  # the static part of its message row
-               int(phase.src[0]) if n else -1, int(phase.dst[0]) if n else -1)
+               int(phase.src[0]) if n else -1, int(phase.dst[0]) if n else -1,
+               self._plan_serial)
+        if self.keep_plan_links and routes:  # bytes each link carries per execution
+            lengths = [len(r) for r in routes]
+            links = np.concatenate([np.asarray(r, dtype=np.int64) for r in routes])
+            uniq, inv = np.unique(links, return_inverse=True)
+            self.plan_links.append((self._plan_serial, uniq, np.bincount(
+                inv, weights=np.repeat(total, lengths), minlength=len(uniq))))
         plan = (routes, max((self.step_latency(r) for r in routes), default=0.0), hops,
                 per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
                 _per_device(phase.dst, total), row)

@@ -78,6 +78,13 @@ class ThermalSpec(StrictModel):
                                                         "recommended range 18-27 C)")
     initial_c: float | None = Field(
         default=None, description="die temperature at t = 0, C (default: idle steady state)")
+    inlet_gradient_k: float = Field(
+        default=0.0, description="inlet air temperature added across the grid by position, K "
+                                 "(devices.position.inlet_offsets; nonzero turns symmetry off)")
+    inlet_gradient_along: Literal["x", "y", "center"] = Field(
+        default="y", description="how the inlet gradient runs: along x or y (0 at coordinate "
+                                 "0, the full gradient at the far side) or center (full at the "
+                                 "grid's centre, 0 on its border)")
     throttle: bool = Field(default=True, description="lower the clock above temp_limit_c")
     throttle_interval_s: PositiveFloat = Field(
         default=0.5, description="throttle controller period: at most one P-state step per "
@@ -349,6 +356,7 @@ class PowerSetup:
         self.latency_s = lat_us * 1e-6 if lat_us else dev.regulator.latency_s
         self.thermal = dev.thermal if spec.thermal.enabled else None
         self.ambient_c = spec.thermal.ambient_c
+        self.class_ambient_c: dict[int, float] = {}  # per-class inlet air (position), C
         top = dev.state_of(d.frequency_mhz) if d.frequency_mhz is not None else 0
         self.plan = None
         self.stage_ps: dict[int, int] = {s: top for s in range(pp)}
@@ -379,19 +387,26 @@ class PowerSetup:
         """Temperature at which cap decisions evaluate leakage (the throttle limit), C."""
         return self.dev.thermal.limit_c if self.dev.thermal else self.dev.leak_ref_c
 
-    def initial_temp_c(self) -> float:
-        """Die temperature at t = 0: given, or the idle steady state at the ambient."""
+    def initial_temp_c(self, ambient_c: float | None = None) -> float:
+        """Die temperature at t = 0: given, or the idle steady state at the ambient (the
+        scenario's, or ``ambient_c`` for a device with its own inlet air)."""
         th = self.spec.thermal
+        amb = th.ambient_c if ambient_c is None else ambient_c
         if th.initial_c is not None:
             return th.initial_c
         if self.thermal is None:
-            return self.dev.leak_ref_c if self.dev.has_leakage else th.ambient_c
+            return self.dev.leak_ref_c if self.dev.has_leakage else amb
         # fixed point of T = T_amb + R P_idle(T) (leakage grows with T): a few iterations
-        t = th.ambient_c
+        t = amb
         ps = self.dev.n_states - 1
         for _ in range(50):
-            t = self.thermal.steady(self.dev.idle_chip_w(ps, t), th.ambient_c)
+            t = self.thermal.steady(self.dev.idle_chip_w(ps, t), amb)
         return t
+
+    def ambient_for(self, cls: int) -> float:
+        """Inlet air temperature of rank class ``cls``, C (``class_ambient_c`` when the run set
+        one per class, e.g. by position; else the scenario's ``ambient_c``)."""
+        return self.class_ambient_c.get(cls, self.ambient_c)
 
     def block_power(self, block, ps: int, temp_c: float, mem_scale: float = 1.0) -> float:
         """Board power of ``block`` run at P-state ``ps`` and die temperature ``temp_c``, W."""

@@ -45,6 +45,10 @@ class DeviceSpec(StrictModel):
     hbm_type: str = Field(description="HBM generation (name in devices/catalog/hbm)")
     hbm_stacks: int = Field(gt=0, description="number of HBM stacks")
     hbm_pj_per_bit: PositiveFloat = Field(description="HBM access energy, pJ per bit moved")
+    router_pj_per_bit: NonNegativeFloat | None = Field(
+        default=None, description="on-chip router of a mesh / torus node: energy per bit it "
+                                  "switches between its links and the device (injected, "
+                                  "ejected or forwarded), pJ (None: not modelled)")
     clock_mhz: PositiveFloat | None = Field(
         default=None, description="boost clock at which peak_tflops is quoted (None: unpublished)")
     tdp_w: PositiveFloat = Field(description="board power limit (TDP/TGP), W")
@@ -127,6 +131,15 @@ class LinkSpec(StrictModel):
         description="per-message software/protocol overhead at the sender, us")
     energy_pj_per_bit: NonNegativeFloat = Field(description="transfer energy, pJ per bit")
     idle_w: NonNegativeFloat = Field(description="power of an idle link (both directions), W")
+    lanes: int | None = Field(
+        default=None, gt=0, description="electrical lanes per direction (Shannon-Hartley bound "
+                                        "of twin.limits; None: bound not available)")
+    symbol_rate_gbaud: PositiveFloat | None = Field(
+        default=None, description="symbol rate of one lane, GBd; its Nyquist bandwidth "
+                                  "symbol_rate / 2 is the channel bandwidth of the bound")
+    noise_figure_db: NonNegativeFloat = Field(
+        default=0.0, description="receiver noise figure of the bound, dB (0: only the thermal "
+                                 "noise k T of the heat bath)")
 
     @property
     def bytes_per_s(self) -> float:

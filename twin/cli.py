@@ -99,6 +99,8 @@ class RunCommand(Command):
         p.add_argument("--plot", help="also write a timeline PNG here")
         p.add_argument("--json", action="store_true", help="print the summary as JSON")
         p.add_argument("--all", action="store_true", help="print every summary key")
+        p.add_argument("--report", metavar="REPORT.html", dest="report_html",
+                       help="also write the HTML report (twin report) of the trace here")
 
     def run(self, args):
         from twin.api import load_scenario, run
@@ -119,6 +121,16 @@ class RunCommand(Command):
             from twin.plots import timeline
 
             print(f"timeline: {timeline(result.trace_path, args.plot)}")
+        if args.report_html:
+            if not result.trace_path:
+                raise ScenarioError("--report needs the run's trace (trace.enabled is false)")
+            from twin.report import build_report, format_report, write_html
+
+            rep = build_report(result.trace_path)
+            if not args.json:
+                print(format_report(rep))
+            print(f"report: {write_html(rep, result.trace_path, args.report_html)}",
+                  file=sys.stderr if args.json else sys.stdout)
         return 0
 
 
@@ -219,6 +231,72 @@ class LimitsCommand(Command):
         return 0
 
 
+class ExportCommand(Command):
+    name = "export"
+    help = "write a trace as a timeline for the Perfetto UI or chrome://tracing"
+
+    def add_arguments(self, p):
+        from twin.export import DEFAULT_MAX_MB, FORMATS
+
+        p.add_argument("trace", help="trace file (.h5)")
+        p.add_argument("-o", "--output", required=True,
+                       help="output: RUN.pftrace (perfetto) or RUN.json[.gz] (chrome)")
+        p.add_argument("--format", choices=FORMATS,
+                       help="perfetto (protobuf) or chrome (Trace Event Format JSON); default: "
+                            "from the file name")
+        p.add_argument("--window", metavar="T0:T1", help="only this time window, seconds")
+        p.add_argument("--devices", metavar="LIST",
+                       help="only the rank classes holding these devices, e.g. 0-3,8")
+        p.add_argument("--max-mb", type=float, default=DEFAULT_MAX_MB,
+                       help=f"cut the timeline to stay under this size (default "
+                            f"{DEFAULT_MAX_MB:g} MB)")
+
+    def run(self, args):
+        from twin.export import export_trace
+
+        r = export_trace(args.trace, args.output, args.format, args.window, args.devices,
+                         args.max_mb)
+        print(f"{r.format}: {r.path} ({r.slices} slices, {r.flows} flows, {r.counters} "
+              f"counter values, {r.instants} instants)")
+        if r.cut_at_s is not None:
+            print(f"cut at t = {r.cut_at_s:.6g} s to stay under {args.max_mb:g} MB; use "
+                  "--window / --devices for the rest", file=sys.stderr)
+        return 0
+
+
+class ReportCommand(Command):
+    name = "report"
+    help = "critical-path attribution, energy by component and position, bottleneck verdict"
+
+    def add_arguments(self, p):
+        add_report_arguments(p)
+        p.add_argument("trace", help="trace file (.h5)")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def run(self, args):
+        from twin.report import build_report, format_report
+
+        rep = build_report(args.trace, args.sweep)
+        if args.json:
+            print(json.dumps(rep, indent=2))
+        else:
+            print(format_report(rep))
+        if args.report_html:
+            from twin.report import write_html
+
+            print(f"report: {write_html(rep, args.trace, args.report_html)}",
+                  file=sys.stderr if args.json else sys.stdout)
+        return 0
+
+
+def add_report_arguments(p: argparse.ArgumentParser, flag: str = "-o") -> None:
+    """Arguments of the report (``twin report -o``; ``twin run --report``)."""
+    p.add_argument(flag, "--output" if flag == "-o" else "--report", dest="report_html",
+                   metavar="REPORT.html", help="write the HTML report here")
+    p.add_argument("--sweep", metavar="DIR", help="a twin pareto output (points.csv) to name "
+                                                  "the next-best strategy from")
+
+
 class ValidateCommand(Command):
     name = "validate"
     help = "compare the twin with theory and published figures, printing the error of each"
@@ -243,7 +321,7 @@ class ValidateCommand(Command):
 
 
 COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand(),
-                           LimitsCommand(), ValidateCommand()]
+                           LimitsCommand(), ExportCommand(), ReportCommand(), ValidateCommand()]
 
 from experiments.pareto import ParetoCommand  # noqa: E402  (the facade may import anything)
 

@@ -12,8 +12,10 @@ OPS_COLUMNS = {"cls": "int32", "iteration": "int32", "stream": "category", "kind
 OPS_UNITS = {"t_start": "s", "t_end": "s", "flops": "FLOP per device"}
 MESSAGES_COLUMNS = {"t_start": "float64", "t_end": "float64", "name": "category",
                     "owner": "int32", "n_pairs": "int32", "steps": "int32", "bytes": "float64",
-                    "max_hops": "int32", "src": "int32", "dst": "int32"}
+                    "max_hops": "int32", "src": "int32", "dst": "int32", "plan": "int32"}
 MESSAGES_UNITS = {"t_start": "s", "t_end": "s", "bytes": "B (all pairs, all steps)"}
+PHASE_LINKS_COLUMNS = {"plan": "int32", "link": "int32", "bytes": "float64"}
+PHASE_LINKS_UNITS = {"bytes": "B per execution of the plan"}
 POWER_COLUMNS = {"cls": "int32", "t_start": "float64", "t_end": "float64", "watts": "float64",
                  "state": "category", "freq_mhz": "float64", "volts": "float64",
                  "temp_c": "float64"}
@@ -70,3 +72,18 @@ def write_power_tables(writer: TraceWriter, accelerators: list, tables: set[str]
     tel = telemetry_columns(setup) if "telemetry" in tables else None
     if tel is not None:
         writer.table("telemetry", TELEMETRY_COLUMNS, TELEMETRY_UNITS).extend(tel)
+
+
+def write_phase_links(writer: TraceWriter, fabric, tables: set[str]) -> None:
+    """The ``phase_links`` table: bytes each directed link carries per execution of every
+    route plan a ``messages`` row names (its ``plan`` column)."""
+    if "phase_links" not in tables:
+        return
+    import numpy as np
+
+    rows = fabric.plan_links
+    t = writer.table("phase_links", PHASE_LINKS_COLUMNS, PHASE_LINKS_UNITS)
+    if rows:
+        t.extend({"plan": np.concatenate([np.full(len(lk), p) for p, lk, _ in rows]),
+                  "link": np.concatenate([lk for _, lk, _ in rows]),
+                  "bytes": np.concatenate([b for _, _, b in rows])})

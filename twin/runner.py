@@ -24,7 +24,14 @@ from twin.kernel.engine import Engine
 from twin.kernel.records import Recorder
 from twin.kernel.rng import RngStreams
 from twin.kernel.trace import TraceWriter
-from twin.recording import TraceRecorder, write_power_tables
+from twin.per_device import (
+    DEVICE_COLUMNS,
+    DEVICE_UNITS,
+    class_inlets,
+    device_frame,
+    router_energy_j,
+)
+from twin.recording import TraceRecorder, write_phase_links, write_power_tables
 from twin.scenario import Scenario
 from twin.summary import summarize
 from twin.version import __version__
@@ -58,6 +65,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     sigma = Accelerator.sigma_for_cov(scen.simulation.compute_jitter_cov)
     power = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
                        model.microbatches, model.layout.world)
+    power.class_ambient_c = class_inlets(model)  # inlet air by position (power.thermal)
     accelerators = [Accelerator(env, c, len(ranks), model.compute, recorder, sigma,
                                 rngs.get(f"class/{c}"), power,
                                 int(model.layout.class_stage[c]))
@@ -70,7 +78,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     if scen.power.manager.budget_w is not None:
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
     job = JobController(env, scen.job.policy(), scen.workload.iterations,
-                        network_energy=lambda: float(fabric.link_bytes @ fabric.energy_per_byte))
+                        network_energy=lambda: float(fabric.link_bytes @ fabric.energy_per_byte)
+                        + router_energy_j(model, fabric))
     data = None
     if scen.data.enabled:  # the input pipeline (workloads.data)
         w, topo = scen.workload, scen.cluster.topology
@@ -117,7 +126,12 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         env, fabric, ex, faults = simulate(model, rec, rec.message, "data" in tables)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         _static_tables(writer, tables, model, fabric, ex, env.now, faults)
+        if "devices" in tables:
+            df = device_frame(model, fabric, ex, env.now)
+            writer.table("devices", DEVICE_COLUMNS, DEVICE_UNITS).extend(
+                {k: df[k].to_numpy() for k in DEVICE_COLUMNS})
         write_power_tables(writer, ex.accelerators, tables)
+        write_phase_links(writer, fabric, tables)
         summary["wall_time_s"] = time.perf_counter() - wall0
         out = writer.finish({
             "twin_version": __version__, "seed": scenario.seed,

@@ -38,7 +38,7 @@ from workloads.job import JobSpec
 from workloads.spec import ModelSpec, ParallelismSpec, WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults",
-                "data")
+                "data", "devices", "phase_links")
 CollectiveAlgorithm = Literal["auto", "ring", "bidir_ring", "torus2d", "hierarchical",
                               "rail_rings"]
 
@@ -124,7 +124,7 @@ class TraceSpec(StrictModel):
     enabled: bool = True
     path: str | None = Field(default=None, description="default runs/<name>.h5")
     tables: list[Literal["ops", "messages", "links", "power", "alerts", "telemetry", "ranks",
-                         "faults", "data"]] = list(TRACE_TABLES)
+                         "faults", "data", "devices", "phase_links"]] = list(TRACE_TABLES)
     compression: Literal["gzip", "lzf", "none"] = "gzip"
 
 

@@ -18,6 +18,7 @@ from devices.power_report import collect_alerts, power_summary
 from topologies.routing import NoRoute, Router
 from twin.build import Model, class_sizes, model_flops_per_iteration
 from twin.iteration_stats import iteration_report
+from twin.per_device import device_frame, edge_effect, traffic
 from workloads.job import job_metrics
 
 SUMMARY_KEYS = ("iteration_time_s", "iterations", "makespan_s", "energy_j",
@@ -48,7 +49,9 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         return float(sum(getattr(a.stats, attr) * a.n for a in ex.accelerators))
 
     link_bytes = fabric.link_bytes
-    network_j = float((link_bytes * fabric.energy_per_byte).sum() + fabric.idle_w.sum() * makespan)
+    node = traffic(model, fabric, makespan)  # per-device ports, routers, forwarding
+    network_j = float((link_bytes * fabric.energy_per_byte).sum() + fabric.idle_w.sum() * makespan
+                      + node.router_j.sum())
     breakdown = {"compute": 0.0, "memory": 0.0, "network": network_j, "static": 0.0,
                  "idle": 0.0, "regulator": 0.0}
     for a in ex.accelerators:
@@ -118,6 +121,10 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
                            infinite_variance_sources(scen, mem)),
         "data_path": (ex.data.report(makespan)
                       if getattr(ex, "data", None) is not None else None),
+        "router_energy_j": float(node.router_j.sum()),
+        "forwarded_bytes": float(node.forwarded_bytes.sum()),
+        "edge_effect": edge_effect(device_frame(model, fabric, ex, makespan, node),
+                                   model.symmetric, max(int(done), 1)),
     }
 
 
@@ -161,7 +168,8 @@ def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: f
                 it_end: np.ndarray, makespan: float, exec_flops: float,
                 it_time: float) -> dict[str, Any]:
     """Power, alert and limits keys (devices.power_report, twin.limits)."""
-    from twin.limits import compute_limits
+    from twin.limits import compute_limits, shannon_limit
+    from twin.per_device import link_energy_j
 
     scen = model.scenario
     acc = ex.accelerators
@@ -174,10 +182,15 @@ def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: f
     out = power_summary(setup, acc, breakdown, energy, exec_flops, alerts)
     topo = model.topo
     inject = float(fabric.capacity[np.asarray(topo.link_src) < topo.n_devices].sum())
+    types = [str(topo.edge_attr(i, "link")) for i in range(topo.n_links)]
+    specs = {k: v.model_dump() for k, v in scen.cluster.link_specs().items()}
+    shannon = shannon_limit(types, fabric.link_bytes / iters,
+                            link_energy_j(fabric, makespan) / iters, specs,
+                            scen.power.thermal.ambient_c + 273.15)
     lim = compute_limits(
         it_time, energy / iters, np.array([a.stats.gemm_flops / iters for a in acc]), peak,
         fabric.link_bytes / iters, fabric.capacity, inject,
         float(fabric.bytes_sent.sum()) / iters, exec_flops / iters, scen.workload.precision,
-        scen.power.thermal.ambient_c)
+        scen.power.thermal.ambient_c, shannon)
     out["limits_orders_of_magnitude"] = {k: v["orders_of_magnitude"] for k, v in lim.items()}
     return out

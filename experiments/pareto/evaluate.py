@@ -78,6 +78,10 @@ def metrics_row(scen: Any, summary: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {k: (v if isinstance(v, (bool, str)) else float(v))
                            for k, v in summary.items()
                            if isinstance(v, (bool, str, Number))}
+    # distances to the physical bounds (twin.limits): landauer_orders_of_magnitude,
+    # shannon_hartley_orders_of_magnitude, roofline_..., communication_... (log10 actual/bound)
+    for name, orders in (summary.get("limits_orders_of_magnitude") or {}).items():
+        row[f"{name}_orders_of_magnitude"] = math.nan if orders is None else float(orders)
     w = scen.workload
     par = w.parallelism
     facts = {"dp": par.dp, "tp": par.tp, "pp": par.pp, "micro_batch": w.micro_batch,

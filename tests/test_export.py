@@ -1,0 +1,217 @@
+"""``twin export``: the Perfetto file is decoded with Perfetto's own protobuf definitions (the
+``perfetto`` package's ``perfetto_trace_pb2``, Google's protobuf parser), the Chrome JSON is
+checked against the Trace Event Format's rules written out here; both against the busy time
+of every stream computed here from the trace's ``ops`` and ``messages`` tables."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from collections import defaultdict
+
+import pytest
+
+from twin.cli import main
+from twin.runner import run
+from twin.trace import read_table
+
+STREAMS = ("compute", "TP communication", "DP communication", "pipeline communication")
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    """dp 2 x tp 2 x pp 2 on 8 devices, symmetry off: one process per device, every stream,
+    pipeline sends and rendezvous across classes."""
+    from tests.conftest import scenario_dict
+    from twin.scenario import load_scenario
+
+    raw = scenario_dict()
+    raw["trace"] = {"path": str(tmp_path_factory.mktemp("exp") / "t.h5")}
+    scen = load_scenario(raw, ["workload.parallelism.dp=2", "workload.parallelism.tp=2",
+                               "workload.parallelism.pp=2", "workload.global_batch=8",
+                               "simulation.symmetry=false", "workload.iterations=2"])
+    return run(scen).trace_path
+
+
+def _busy(trace) -> dict[tuple[int, str], float]:
+    """Seconds of every (class, stream): the stream of an op is its kind's (tp: the TP
+    collective the compute stream waits on; the comm stream: DP all-reduces; everything else
+    on the compute stream, waits included); pipeline sends from the messages table."""
+    ops = read_table(trace, "ops")
+    out: dict[tuple[int, str], float] = defaultdict(float)
+    for r in ops.itertuples(index=False):
+        s = ("TP communication" if r.kind == "tp" else
+             "DP communication" if r.stream == "comm" else "compute")
+        out[(int(r.cls), s)] += r.t_end - r.t_start
+    msgs = read_table(trace, "messages")
+    for r in msgs[msgs["name"].astype(str).str.startswith("p2p")].itertuples(index=False):
+        out[(int(r.owner), "pipeline communication")] += r.t_end - r.t_start
+    return out
+
+
+def _base(name: str) -> str:
+    return name.split(" #")[0]
+
+
+def test_perfetto_file_decodes_with_perfetto_protos(trace, tmp_path, capsys):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    out = tmp_path / "run.pftrace"
+    assert main(["export", str(trace), "-o", str(out)]) == 0
+    assert "perfetto" in capsys.readouterr().out
+    packets = Trace.FromString(out.read_bytes()).packet
+    procs, threads, counters, tracks = {}, {}, {}, set()
+    for p in packets:
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            tracks.add(d.uuid)
+            if d.HasField("process"):
+                procs[d.process.pid] = d.process.process_name
+            elif d.HasField("thread"):
+                assert d.thread.pid in procs and d.parent_uuid in tracks
+                threads[d.uuid] = (d.thread.pid, d.thread.thread_name)
+            elif d.HasField("counter"):
+                counters[d.uuid] = (d.parent_uuid, d.name)
+    n_dev = 8
+    names = [procs[pid] for pid in range(1, n_dev + 1)]
+    assert all(n.startswith(f"device {int(n.split()[1])} (rank") for n in names)
+    per_proc = defaultdict(set)
+    for pid, name in threads.values():
+        per_proc[pid].add(_base(name))
+    busy = _busy(trace)
+    for c in range(n_dev):  # one track (plus overlap lanes) per stream the device ran
+        assert per_proc[c + 1] == {s for (k, s) in busy if k == c}
+    assert {per_proc[c + 1] >= {"compute", "TP communication", "DP communication"}
+            for c in range(n_dev)} == {True}
+    stacks: dict[int, list] = defaultdict(list)
+    total: dict[tuple[int, str], float] = defaultdict(float)
+    count: dict[tuple[int, str], int] = defaultdict(int)
+    flows_out, flows_in = [], []
+    last_ts = defaultdict(int)
+    for p in packets:
+        if not p.HasField("track_event"):
+            continue
+        e = p.track_event
+        assert e.track_uuid in tracks and p.trusted_packet_sequence_id == 1
+        if e.type in (TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END):
+            assert p.timestamp >= last_ts[e.track_uuid]  # time order per track
+            last_ts[e.track_uuid] = p.timestamp
+        if e.type == TrackEvent.TYPE_SLICE_BEGIN:
+            stacks[e.track_uuid].append(p.timestamp)
+            flows_out += list(e.flow_ids)
+            flows_in += list(e.terminating_flow_ids)
+        elif e.type == TrackEvent.TYPE_SLICE_END:
+            start = stacks[e.track_uuid].pop()
+            pid, name = threads[e.track_uuid]
+            total[(pid - 1, _base(name))] += (p.timestamp - start) * 1e-9
+            count[(pid - 1, _base(name))] += 1
+        elif e.type == TrackEvent.TYPE_COUNTER:
+            assert e.track_uuid in counters
+    assert not any(stacks.values())                     # every slice closed
+    for key, b in busy.items():  # integer ns timestamps: each slice exact to +-1 ns
+        assert abs(total[key] - b) <= count[key] * 1e-9 + 1e-9 * b, key
+    assert sorted(flows_out) == sorted(flows_in) and len(set(flows_out)) == len(flows_out)
+    assert len(flows_out) > 0
+    tracks_of = defaultdict(set)
+    for parent, name in counters.values():
+        tracks_of[parent].add(name)
+    assert any({"board power (W)", "clock (MHz)", "temperature (C)"} <= v
+               for v in tracks_of.values())
+
+
+def _chrome_check(doc: dict) -> dict:
+    """The Trace Event Format's rules this exporter relies on; returns the X events by
+    (pid, tid) and the thread names."""
+    assert set(doc) >= {"traceEvents"} and doc.get("displayTimeUnit") in ("ms", "ns")
+    required = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "C": {"name", "ph", "ts", "pid"},
+                "i": {"name", "ph", "ts", "pid", "s"}, "s": {"name", "cat", "ph", "ts", "pid",
+                                                             "tid", "id"},
+                "f": {"name", "cat", "ph", "ts", "pid", "tid", "id"},
+                "M": {"name", "ph", "pid", "args"}}
+    xs, tnames, pnames, flows = defaultdict(list), {}, {}, defaultdict(list)
+    for e in doc["traceEvents"]:
+        assert e["ph"] in required, e
+        assert required[e["ph"]] <= set(e), e
+        if e["ph"] != "M":
+            assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+            xs[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e))
+        elif e["ph"] == "M" and e["name"] == "thread_name":
+            tnames[(e["pid"], e["tid"])] = e["args"]["name"]
+        elif e["ph"] == "M" and e["name"] == "process_name":
+            pnames[e["pid"]] = e["args"]["name"]
+        elif e["ph"] in "sf":
+            flows[e["id"]].append(e)
+        elif e["ph"] == "i":
+            assert e["s"] in ("g", "p", "t")
+        elif e["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in e["args"].values())
+    for key, ev in xs.items():  # complete events of one thread must not overlap
+        assert key in tnames and key[0] in pnames
+        ev.sort(key=lambda x: (x[0], x[1]))
+        for (_a0, a1, _), (b0, _b1, _) in itertools.pairwise(ev):
+            assert b0 >= a1 * (1 - 1e-12)  # rounding of ts + dur in microseconds only
+    for fid, pair in flows.items():  # one start, one end, same cat/name, bound to slices
+        assert sorted(e["ph"] for e in pair) == ["f", "s"], fid
+        assert len({(e["cat"], e["name"]) for e in pair}) == 1
+        for e in pair:
+            if e["ph"] == "f":
+                assert e.get("bp") == "e"
+            assert any(a0 <= e["ts"] <= a1 for a0, a1, _ in xs[(e["pid"], e["tid"])])
+    return {"xs": xs, "threads": tnames}
+
+
+def test_chrome_json_follows_the_trace_event_format(trace, tmp_path):
+    out = tmp_path / "run.json.gz"
+    assert main(["export", str(trace), "-o", str(out)]) == 0
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    got = _chrome_check(doc)
+    total: dict[tuple[int, str], float] = defaultdict(float)
+    for (pid, tid), ev in got["xs"].items():
+        name = _base(got["threads"][(pid, tid)])
+        total[(pid - 1, name)] += sum(e["dur"] for _a, _b, e in ev) * 1e-6
+    busy = _busy(trace)
+    assert set(total) == set(busy)
+    for key, b in busy.items():
+        assert total[key] == pytest.approx(b, rel=1e-9), key
+    x = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "compute"]
+    assert {"flops", "stage", "iteration"} <= set(x[0]["args"])
+
+
+def test_window_devices_and_size_cut(trace, tmp_path, capsys):
+    out = tmp_path / "w.json"
+    assert main(["export", str(trace), "-o", str(out), "--window", "0:0.01",
+                 "--devices", "0-1"]) == 0
+    doc = json.loads(out.read_text())
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    ranks = read_table(trace, "ranks")
+    pids = {int(c) + 1 for c in ranks.loc[ranks["device"].isin([0, 1]), "cls"]}
+    assert {e["pid"] for e in xs} <= pids and xs
+    assert all(e["ts"] <= 0.01e6 for e in xs)
+    small = tmp_path / "cut.json"
+    capsys.readouterr()
+    assert main(["export", str(trace), "-o", str(small), "--max-mb", "0.02"]) == 0
+    assert "cut at t =" in capsys.readouterr().err
+    meta = json.loads(small.read_text())["otherData"]
+    assert meta["cut_at_s"] is not None
+    assert small.stat().st_size < 0.02e6 * 1.5
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--window", "5:1"], "--window"), (["--devices", "0-99"], "--devices"),
+    (["--devices", "x"], "--devices"), ([], "-o")])
+def test_export_errors_name_the_argument(trace, tmp_path, capsys, args, field):
+    out = tmp_path / ("run.txt" if not args else "run.json")
+    assert main(["export", str(trace), "-o", str(out), *args]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_export_of_a_missing_or_foreign_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "nope.h5"), "-o", str(tmp_path / "a.json")]) == 2
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"not hdf5")
+    assert main(["export", str(bad), "-o", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and "not a readable HDF5 trace" in err

@@ -1,0 +1,66 @@
+"""The Shannon-Hartley bound of the links in ``twin limits`` and the Pareto outputs, against the
+closed form derived here: a lane of symbol rate f_s has Nyquist bandwidth B = f_s / 2; carrying
+R bit/s needs R <= B log2(1 + S/N) with N = N0 B, so E_b = S / R >= N0 (2^(R/B) - 1) / (R/B)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from twin.catalogs import catalog
+from twin.cli import main
+from twin.runner import run
+
+K_B = 1.380649e-23  # J/K (SI definition)
+
+
+def _closed_form(link: dict, temp_k: float, nf_db: float = 0.0) -> float:
+    rate = link["bandwidth_gbps"] * 8e9 / link["lanes"]
+    bw = link["symbol_rate_gbaud"] * 1e9 / 2
+    n0 = K_B * (temp_k + (10 ** (nf_db / 10) - 1) * 290.0)
+    return n0 * (2 ** (rate / bw) - 1) / (rate / bw)
+
+
+@pytest.mark.parametrize("nf_db", [0.0, 3.0])
+def test_limits_report_the_shannon_hartley_energy_per_bit(tiny, capsys, nf_db):
+    scen = tiny([f"cluster.link.noise_figure_db={nf_db}", "power.thermal.ambient_c=30"])
+    res = run(scen)
+    assert main(["limits", str(res.trace_path), "--json"]) == 0
+    lim = json.loads(capsys.readouterr().out)["shannon_hartley"]
+    link = catalog("links").get("nvlink4").values
+    expect = _closed_form(link, 303.15, nf_db)
+    got = lim["link_types"]["nvlink4"]
+    assert got["j_per_bit"] == pytest.approx(expect, rel=1e-12)
+    assert "noise" in lim["assumption"] and "lossless" in lim["assumption"]
+    # the run's bound: every bit each link carried at that energy, against the links' energy
+    from twin.trace import read_table
+
+    links = read_table(res.trace_path, "links")
+    iters = res.summary["iterations"]
+    assert lim["bound_j"] == pytest.approx(links["bytes"].sum() * 8 * expect / iters, rel=1e-9)
+    assert lim["orders_of_magnitude"] == pytest.approx(
+        math.log10(links["energy_j"].sum() / iters / lim["bound_j"]), rel=1e-9)
+    assert res.summary["limits_orders_of_magnitude"]["shannon_hartley"] == pytest.approx(
+        lim["orders_of_magnitude"], rel=1e-9)
+    assert main(["limits", str(res.trace_path)]) == 0
+    text = capsys.readouterr().out
+    assert "shannon-hartley" in text and "J/bit" in text and "lossless" in text
+
+
+def test_wideband_limit_is_kT_ln2():
+    """As the bandwidth grows without bound, E_b -> N0 ln 2 (the wideband Shannon limit)."""
+    from twin.limits import shannon_energy_per_bit
+
+    t = 300.0
+    assert shannon_energy_per_bit(1e9, 1e18, t) == pytest.approx(K_B * t * math.log(2), rel=1e-8)
+
+
+def test_pareto_rows_carry_the_distances_to_both_bounds(tiny):
+    from experiments.pareto.evaluate import metrics_row
+
+    scen = tiny()
+    row = metrics_row(scen, run(scen).summary)
+    assert row["landauer_orders_of_magnitude"] > 5
+    assert row["shannon_hartley_orders_of_magnitude"] > 5
