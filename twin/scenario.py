@@ -33,7 +33,7 @@ from twin.kernel.schema import (
     require_mapping,
 )
 from workloads.job import JobSpec
-from workloads.spec import ModelSpec, ParallelismSpec, WorkloadSpec
+from workloads.spec import ModelSpec, ParallelismSpec, ShardingSpec, WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults")
 CollectiveAlgorithm = Literal["auto", "ring", "bidir_ring", "torus2d", "hierarchical",
@@ -180,6 +180,7 @@ def _known_fields() -> dict[str, list[str]]:
         "workload": field_names(WorkloadSpec),
         "workload.model": field_names(ModelSpec),
         "workload.parallelism": field_names(ParallelismSpec),
+        "workload.sharding": field_names(ShardingSpec),
         "network": field_names(NetworkSpec),
         "simulation": field_names(SimulationSpec),
         "power": field_names(PowerSpec),

@@ -58,6 +58,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     tp = per_device("tp_s")
     recv = per_device("recv_s")
     dpw = per_device("dp_wait_s")
+    shw = per_device("shard_wait_s")  # 0 without sharding
     denom = n_dev * makespan if makespan > 0 else 1.0
     try:
         hops = model.layout.hops_per_group(model.router)
@@ -77,7 +78,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "mfu": flops / (it_time * n_dev * peak) if it_time > 0 else 0.0,
         "devices": n_dev,
         "bubble_fraction": recv / denom,
-        "exposed_comm_fraction": (tp + dpw) / denom,
+        "exposed_comm_fraction": (tp + dpw + shw if shw else tp + dpw) / denom,
         "events": int(env.events_processed),
         "wall_time_s": wall_s,
         # details
@@ -87,7 +88,8 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "tp_comm_time_per_device_s": tp / n_dev,
         "pipeline_wait_per_device_s": recv / n_dev,
         "dp_wait_per_device_s": dpw / n_dev,
-        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw) / n_dev, 0.0),
+        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw + shw if shw else
+                                                  busy + tp + recv + dpw) / n_dev, 0.0),
         "memory_per_device_gb": {f"stage{m.stage}": m.total / 1e9 for m in model.stage_memory},
         "microbatches": model.microbatches,
         "bytes_sent": float(fabric.bytes_sent.sum()),
@@ -113,7 +115,27 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "rank_classes": len(sizes),
         **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
         **_memory_keys(ex),
+        **_sharding_keys(model, per_device, n_dev),
     }
+
+
+def _sharding_keys(model: Model, per_device, n_dev: int) -> dict[str, Any]:
+    """``sharding`` (only for sharded data parallelism, ``workloads.sharding``): strategy,
+    shard-group size, exposed all-gather wait and sharding-stream busy time per device, and
+    the memory breakdown of every stage."""
+    sh = model.scenario.workload.sharding
+    if sh.strategy == "none":
+        return {}
+    from workloads.sharding import shard_degree
+
+    return {"sharding": {
+        "strategy": sh.strategy,
+        "shard_group": shard_degree(sh, model.scenario.workload.parallelism.dp),
+        "prefetch": sh.prefetch,
+        "allgather_wait_per_device_s": per_device("shard_wait_s") / n_dev,
+        "stream_time_per_device_s": per_device("shard_stream_s") / n_dev,
+        "memory_gb": {f"stage{m.stage}": m.breakdown_gb() for m in model.stage_memory},
+    }}
 
 
 def _memory_keys(ex) -> dict[str, Any]:
