@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from devices.spec import Precision
 from twin.kernel.schema import PositiveFloat, StrictModel
@@ -128,6 +128,16 @@ class WorkloadSpec(StrictModel):
         default=None, description="transformer layers per pipeline stage (pp entries) or per "
                                   "virtual stage (pp*virtual_stages entries, model order), or "
                                   "auto (balanced by compute time); default: an even split")
+
+    @field_validator("stage_layers", mode="before")
+    @classmethod
+    def _stage_layers(cls, value: object) -> object:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, list | tuple) and all(
+                isinstance(n, int) and not isinstance(n, bool) for n in value):
+            return list(value)
+        raise ValueError(f"must be a list of layer counts (integers) or auto, got {value!r}")
 
     @property
     def seq(self) -> int:
