@@ -97,7 +97,8 @@ def build(scen: Scenario) -> Model:
     m = microbatches(w)
     split = resolve_split(w, cl.device)
     mem = memory_per_stage(tc, par.pp, m, w.schedule, w.virtual_stages, par.dp, split,
-                           sh.strategy, shards, sh.prefetch, w.grad_bucket_mb * 1e6)
+                           sh.strategy, shards, sh.prefetch, w.grad_bucket_mb * 1e6,
+                           w.activation_memory)
     pj = cl.device.hbm_pj_per_bit
     compute = ComputeModel(cl.device, w.precision, pj)
     ge = grad_bytes_per_element(w.precision)

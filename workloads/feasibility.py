@@ -58,16 +58,11 @@ def check_workload(w: WorkloadSpec) -> list[Problem]:
 
 
 def _check_stage_layers(w: WorkloadSpec) -> list[Problem]:
-    """``workload.stage_layers``: pp or pp*virtual_stages non-negative counts summing to the
-    layers, every stage with at least one layer; ``auto`` needs a layer per stage."""
+    """``workload.stage_layers``: pp or pp*virtual_stages counts >= 0 summing to the layers
+    (a stage or chunk may hold none: only the embedding, the output layer, or nothing)."""
     given, par, layers = w.stage_layers, w.parallelism, w.model.layers
     path = "workload.stage_layers"
-    if given is None:
-        return []
-    if given == "auto":
-        if layers < par.pp:
-            return [Problem(path, f"auto needs at least one of the {layers} layers per stage",
-                            given, f"pp <= {layers}")]
+    if given is None or given == "auto":
         return []
     chunks = par.pp * w.virtual_stages
     lengths = sorted({par.pp, chunks})
@@ -82,12 +77,6 @@ def _check_stage_layers(w: WorkloadSpec) -> list[Problem]:
     if sum(given) != layers:
         p.append(Problem(path, f"entries sum to {sum(given)}, the model has {layers} layers",
                          given, f"counts summing to {layers}"))
-    per_stage = given if len(given) == par.pp else [
-        sum(given[c * par.pp + s] for c in range(w.virtual_stages)) for s in range(par.pp)]
-    empty = [s for s, n in enumerate(per_stage) if n <= 0]
-    if empty and not p:
-        p.append(Problem(path, f"stage(s) {empty} would hold no transformer layer", given,
-                         "at least one layer per pipeline stage"))
     return p
 
 
@@ -123,21 +112,12 @@ def stage_memory(w: WorkloadSpec, device: DeviceSpec, split: list[int] | None = 
     return memory_per_stage(costs, w.parallelism.pp, max(microbatches(w), 1), w.schedule,
                             w.virtual_stages, w.parallelism.dp, split, sh.strategy,
                             shard_degree(sh, w.parallelism.dp), sh.prefetch,
-                            w.grad_bucket_mb * 1e6)
+                            w.grad_bucket_mb * 1e6, w.activation_memory)
 
 
 def check_memory(w: WorkloadSpec, device: DeviceSpec) -> list[Problem]:
-    """Infeasibility: the busiest pipeline stage needs more memory than the device has (or
-    ``stage_layers: auto`` leaves a stage without layers)."""
-    from workloads.stages import resolve_split, stage_chunks
-
-    split = resolve_split(w, device)
-    empty = [s for s, c in enumerate(stage_chunks(split, w.parallelism.pp)) if sum(c) == 0]
-    if empty:
-        return [Problem("workload.stage_layers", f"auto balancing leaves stage(s) {empty} "
-                        f"without a transformer layer (split per virtual stage: {split})",
-                        w.stage_layers, "fewer pipeline stages, or an explicit list")]
-    stages = stage_memory(w, device, split)
+    """Infeasibility: the busiest pipeline stage needs more memory than the device has."""
+    stages = stage_memory(w, device)
     worst = max(stages, key=lambda st: st.total)
     if worst.total <= device.hbm_bytes:
         return []

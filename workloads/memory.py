@@ -9,6 +9,15 @@ With ``standard`` attention and no recompute the score matrices are stored too:
 exactly that term (and flash attention never has it). The fp32 logits of the last stage are
 added. Values are scaled from 16-bit to the run's activation precision.
 
+``workload.activation_memory: tensors`` counts instead, per architecture, the tensors a layer
+keeps for its backward pass (bytes per ``s b h`` at 16 bits; ``f`` the MLP width, ``k/a``
+the key/value heads per head): outside the tensor-parallel regions (replicated across TP ranks
+unless sequence parallel) the two norms' inputs and outputs (8) and, for ``gpt``, the two
+dropout masks on the residual branches (2, one byte per element); inside them (``/t``) the
+query (2), keys and values (``4 k/a``), the attention output (2) and the MLP's tensors: GELU
+input and output (``4 f/h``, ``gpt``) or SwiGLU's gate, up and product (``6 f/h``, ``llama``).
+For a GPT layer (``f = 4h``, ``k = a``) that is ``10 + 24/t``: the paper's numbers.
+
 Stages may hold different numbers of layers (``workloads.stages``): an even split uses the
 closed forms of :func:`in_flight_microbatches`; an uneven one walks the stage's schedule and
 takes the largest number of (layer, microbatch) activations held at once (the same number for
@@ -82,10 +91,20 @@ def in_flight_microbatches(schedule: str, pp: int, stage: int, microbatches: int
     return float(min(pp - stage, microbatches))
 
 
+def layer_tensors(m) -> tuple[float, float]:
+    """(replicated, TP-split) 16-bit values per ``s b h`` one layer keeps for its backward pass
+    (``activations: tensors``, module docstring)."""
+    h, f = m.hidden, m.ffn
+    replicated = 8.0 + (2.0 if m.arch == "gpt" else 0.0)
+    mlp = 6.0 * f / h if m.gated_mlp else 4.0 * f / h
+    return replicated, 2.0 + 4.0 * m.n_kv_heads / m.heads + 2.0 + mlp
+
+
 def memory_per_stage(costs: TransformerCosts, pp: int, microbatches: int, schedule: str,
                      virtual: int = 1, dp: int = 1, split: list[int] | None = None,
                      sharding: str = "none", shards: int = 1, prefetch: bool = True,
-                     bucket_bytes: float = 25e6) -> list[StageMemory]:
+                     bucket_bytes: float = 25e6, activations: str = "korthikanti"
+                     ) -> list[StageMemory]:
     """Memory of one device of every pipeline stage.
 
     Args:
@@ -93,6 +112,8 @@ def memory_per_stage(costs: TransformerCosts, pp: int, microbatches: int, schedu
         sharding: ``workload.sharding.strategy``; ``shards``: ranks ``N`` the states are split
             over; ``prefetch``: FSDP prefetch (one more gathered unit); ``bucket_bytes``: the
             gradient bucket (zero2's buffers).
+        activations: ``korthikanti`` (the paper's GPT forms for every architecture) or
+            ``tensors`` (the per-architecture tensor count, module docstring).
     """
     m, t = costs.m, costs.t
     split = split if split is not None else even_split(m.layers, pp, virtual)
@@ -105,12 +126,13 @@ def memory_per_stage(costs: TransformerCosts, pp: int, microbatches: int, schedu
     ge = grad_bytes_per_element(costs.precision)
     s, b, h = costs.s, costs.b, m.hidden
     act_scale = costs.e / 2.0
+    replicated, split_tp = layer_tensors(m) if activations == "tensors" else (10.0, 24.0)
     if costs.recompute == "full":
         per_layer = 2.0 * s * b * h / (t if costs.sp else 1)
     elif costs.sp:
-        per_layer = 34.0 * s * b * h / t
+        per_layer = (replicated + split_tp) * s * b * h / t
     else:
-        per_layer = s * b * h * (10.0 + 24.0 / t)
+        per_layer = s * b * h * (replicated + split_tp / t)
     if costs.attention == "standard" and costs.recompute == "none":
         per_layer += 5.0 * m.heads * s * s * b / t  # softmax output, dropout mask and output
     per_layer *= act_scale

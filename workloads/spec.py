@@ -123,6 +123,10 @@ class WorkloadSpec(StrictModel):
         default="snake", description="rank -> device policy (topologies.placement)")
     grad_bucket_mb: PositiveFloat = Field(
         default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
+    activation_memory: Literal["korthikanti", "tensors"] = Field(
+        default="korthikanti", description="korthikanti: Korthikanti et al.'s GPT closed forms "
+                                           "for every model; tensors: the tensors each layer "
+                                           "keeps, by architecture (workloads.memory)")
     sharding: ShardingSpec = ShardingSpec()
     stage_layers: list[int] | Literal["auto"] | None = Field(
         default=None, description="transformer layers per pipeline stage (pp entries) or per "
