@@ -123,7 +123,7 @@ class Executor:
         prog = self.programs[stage]
         blocks = self.blocks[stage]
         rec = self.recorder
-        busy, waiting, hook, job = self._busy, self._waiting, self.before_block, self.job
+        busy, hook, job = self._busy, self.before_block, self.job
         for it in range(start, self.iterations):
             dp_tail: simpy.Event | None = None
             sh_tail: simpy.Event | None = None   # sharding stream (all-gather, reduce-scatter)
@@ -142,11 +142,8 @@ class Executor:
                     continue
                 t0 = env.now
                 if op == TP:
-                    acc.wait_start("tp")
-                    waiting[cls] = "tp"
-                    yield self._collective("tp", cls, ins[1], ins[2])
-                    waiting[cls] = None
-                    acc.wait_end("tp")
+                    yield from self._blocked(cls, "tp", self._collective("tp", cls, ins[1],
+                                                                          ins[2]))
                     st.tp_s += env.now - t0
                     rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
                 elif op == SEND:
@@ -160,11 +157,7 @@ class Executor:
                     if ev is None:
                         ev = self._mail[key] = env.event()
                     if not ev.triggered:
-                        acc.wait_start("recv")
-                        waiting[cls] = "recv"
-                        yield ev
-                        waiting[cls] = None
-                        acc.wait_end("recv")
+                        yield from self._blocked(cls, "recv", ev)
                     del self._mail[key]
                     if env.now > t0:
                         st.recv_s += env.now - t0
@@ -185,11 +178,7 @@ class Executor:
                 elif op == SH_WAIT:
                     ev = gathers.pop(ins[1])
                     if not ev.triggered:
-                        acc.wait_start("dp_wait")
-                        waiting[cls] = "dp_wait"
-                        yield ev
-                        waiting[cls] = None
-                        acc.wait_end("dp_wait")
+                        yield from self._blocked(cls, "dp_wait", ev)
                     if env.now > t0:
                         st.shard_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "shard_wait", "allgather", ins[1], -1, -1,
@@ -198,11 +187,8 @@ class Executor:
                     tails = [e for e in (dp_tail, sh_tail, rep_tail)
                              if e is not None and not e.triggered]
                     if tails:
-                        acc.wait_start("dp_wait")
-                        waiting[cls] = "dp_wait"
-                        yield tails[0] if len(tails) == 1 else env.all_of(tails)
-                        waiting[cls] = None
-                        acc.wait_end("dp_wait")
+                        yield from self._blocked(cls, "dp_wait", tails[0] if len(tails) == 1
+                                                 else env.all_of(tails))
                     if env.now > t0:
                         st.dp_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "dp_wait", "dp_wait", -1, -1, -1, t0, env.now,
@@ -210,16 +196,22 @@ class Executor:
             st.iteration_end.append(env.now)
             if job is not None and job.due(it):
                 t0 = env.now
-                acc.wait_start("checkpoint")
-                waiting[cls] = "checkpoint"
-                yield job.checkpoint(it)
-                waiting[cls] = None
-                acc.wait_end("checkpoint")
+                yield from self._blocked(cls, "checkpoint", job.checkpoint(it))
                 rec.op(cls, it, "compute", "checkpoint", "checkpoint", -1, -1, -1, t0, env.now,
                        0.0)
         self._finished += 1
         if self._finished == len(self.stats):
             self.done.succeed()
+
+    def _blocked(self, cls: int, kind: str, ev: simpy.Event):
+        """Process body: the compute stream of ``cls`` waits for ``ev`` (a wait of ``kind``,
+        which bubble-aware down-clocking sees)."""
+        acc = self.accelerators[cls]
+        acc.wait_start(kind)
+        self._waiting[cls] = kind
+        yield ev
+        self._waiting[cls] = None
+        acc.wait_end(kind)
 
     # ----------------------------------------------------------------- job control
     def _start_agents(self, start: int) -> list[simpy.Process]:
