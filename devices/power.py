@@ -59,7 +59,7 @@ class DvfsSpec(StrictModel):
                                    "(pipeline bubbles, communication waits)")
     wait_frequency_mhz: PositiveFloat | None = Field(
         default=None, description="clock during waits, MHz (default: the lowest P-state)")
-    wait_kinds: list[Literal["tp", "recv", "dp_wait"]] = Field(
+    wait_kinds: list[Literal["tp", "recv", "dp_wait", "data_wait"]] = Field(
         default=["recv", "dp_wait"], description="waits that down-clock")
     min_wait_us: NonNegativeFloat = Field(
         default=0.0, description="down-clock only if the previous wait of the same kind lasted "

@@ -61,7 +61,8 @@ from twin.kernel.schema import StrictModel, field_names
 #: Summary keys copied into the results table (scalars; SI units in the names).
 SUMMARY_COLUMNS = (
     "completed", "iterations_completed", "iteration_time_s", "iteration_time_p50_s",
-    "iteration_time_p99_s", "iteration_time_max_s", "makespan_s", "energy_j",
+    "iteration_time_p99_s", "iteration_time_max_s", "iteration_time_cov",
+    "iteration_time_converged", "data_wait_fraction", "makespan_s", "energy_j",
     "energy_per_iteration_j", "avg_power_w", "mfu", "availability", "goodput",
     "goodput_tokens_per_s", "restarts", "failures", "interruptions", "checkpoints",
     "checkpoint_time_s", "lost_work_s", "lost_work_j", "downtime_s", "downtime_j", "reroutes",

@@ -120,6 +120,7 @@ def build(scen: Scenario) -> Model:
             activation_bytes=w.micro_batch * w.seq * w.model.hidden * tc.e,
             layer_grad_bytes=params["L"] * ge, embed_grad_bytes=params["E"] * ge,
             head_grad_bytes=params["H"] * ge, bucket_bytes=w.grad_bucket_mb * 1e6,
+            load_input=scen.data.enabled,
         )
         schedule = w.schedule if par.pp > 1 else "1f1b"
         programs[stage] = shard_program(build_program(work, schedule), shard_work)

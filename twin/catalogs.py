@@ -21,6 +21,7 @@ _DIRS: dict[str, Path] = {
     "hbm": Path(devices.__file__).parent / "catalog" / "hbm",
     "models": Path(workloads.__file__).parent / "catalog" / "models",
     "failures": Path(scenarios.__file__).parent / "catalog" / "failures",
+    "hosts": Path(devices.__file__).parent / "catalog" / "hosts",
 }
 
 #: Scenario fields that may hold a catalog name instead of an inline spec.
@@ -30,6 +31,7 @@ REFERENCES: dict[str, str] = {
     "cluster.nic_link": "links",
     "cluster.global_link": "links",
     "workload.model": "models",
+    "data.host": "hosts",
 }
 
 

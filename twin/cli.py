@@ -29,6 +29,8 @@ HEADLINE_KEYS = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
                  "pipeline_wait_per_device_s", "dp_wait_per_device_s", "memory_per_device_gb",
                  "max_link_utilization", "comm_energy_share", "alerts", "availability",
                  "goodput", "memory_warnings", "symmetry_used")
+#: Printed by default when the run has a data path.
+DATA_KEYS = ("data_wait_fraction", "data_wait_per_device_s")
 
 
 def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:
@@ -40,13 +42,19 @@ def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -
     if everything:
         keys = list(summary)
     else:
-        keys = [k for k in (*SUMMARY_KEYS, *HEADLINE_KEYS) if k in summary]
+        extra = DATA_KEYS if summary.get("data_path") else ()
+        keys = [k for k in (*SUMMARY_KEYS, *HEADLINE_KEYS, *extra) if k in summary]
     width = max(len(k) for k in keys)
     for k in keys:
         print(f"  {k:<{width}}  {_fmt(summary[k])}", file=out)
     hidden = len(summary) - len(keys)
     if hidden:
         print(f"  ({hidden} more keys: --all or --json)", file=out)
+    if summary.get("iteration_time_converged") is False:
+        print(f"  warning: iteration_time_s is a {summary.get('iteration_time_mean_is')}:",
+              file=out)
+        for w in summary.get("iteration_time_warnings", []):
+            print(f"    - {w}", file=out)
 
 
 class Command:
@@ -167,11 +175,11 @@ class CheckCommand(Command):
 
 class CatalogCommand(Command):
     name = "catalog"
-    help = "list catalog entries (devices, links, models, hbm, failures)"
+    help = "list catalog entries (devices, links, models, hbm, failures, hosts)"
 
     def add_arguments(self, p):
         p.add_argument("kind", nargs="?",
-                       choices=["devices", "links", "models", "hbm", "failures"],
+                       choices=["devices", "links", "models", "hbm", "failures", "hosts"],
                        help="which catalog (default: all)")
 
     def run(self, args):

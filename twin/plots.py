@@ -15,11 +15,12 @@ from matplotlib.patches import Patch
 from twin.kernel.trace import read_attrs, read_table
 
 KIND_COLORS = {"compute": "#4C72B0", "tp": "#DD8452", "recv": "#C44E52", "dp_wait": "#8172B3",
-               "dp": "#55A868", "dvfs": "#937860", "checkpoint": "#8C8C8C"}
+               "dp": "#55A868", "dvfs": "#937860", "checkpoint": "#8C8C8C",
+               "data_wait": "#DA8BC3"}
 KIND_LABELS = {"compute": "compute", "tp": "tensor-parallel collective",
                "recv": "pipeline wait", "dp_wait": "gradient all-reduce wait",
                "dp": "gradient all-reduce (comm stream)", "dvfs": "DVFS stall",
-               "checkpoint": "checkpoint"}
+               "checkpoint": "checkpoint", "data_wait": "input wait (data path)"}
 
 
 def _class_labels(trace: str | Path, classes: list[int]) -> list[str]:

@@ -28,6 +28,7 @@ from twin.recording import TraceRecorder, write_power_tables
 from twin.scenario import Scenario
 from twin.summary import summarize
 from twin.version import __version__
+from workloads.data import DATA_COLUMNS, DATA_UNITS, build_data_path
 from workloads.executor import Executor
 from workloads.job import JobController
 
@@ -43,9 +44,10 @@ class RunResult:
     iteration_times_s: tuple[float, ...] = ()
 
 
-def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engine, Fabric,
-                                                                          Executor, list]:
-    """Run the SimPy model to completion; returns engine, fabric, executor and fault rows."""
+def simulate(model: Model, recorder: Recorder, message_sink=None,
+             record_data: bool = False) -> tuple[Engine, Fabric, Executor, list]:
+    """Run the SimPy model to completion; returns engine, fabric, executor (its ``data``: the
+    data path or None) and fault rows. ``record_data`` keeps the data path's load rows."""
     scen = model.scenario
     env = Engine()
     net = scen.network
@@ -69,9 +71,15 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
     job = JobController(env, scen.job.policy(), scen.workload.iterations,
                         network_energy=lambda: float(fabric.link_bytes @ fabric.energy_per_byte))
+    data = None
+    if scen.data.enabled:  # the input pipeline (workloads.data)
+        w, topo = scen.workload, scen.cluster.topology
+        data = build_data_path(env, scen.data, model.layout, topo.kind, topo.shape,
+                               w.micro_batch, w.seq, w.model.vocab, model.microbatches,
+                               w.iterations, record=record_data)
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
-                        chained=not scen.faults and net.model == "flow")
+                        chained=not scen.faults and net.model == "flow", data=data)
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block
@@ -106,9 +114,9 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
     tables = set(scenario.trace.tables)
     with TraceWriter(path, scenario.trace.compression) as writer:
         rec = TraceRecorder(writer, tables)
-        env, fabric, ex, faults = simulate(model, rec, rec.message)
+        env, fabric, ex, faults = simulate(model, rec, rec.message, "data" in tables)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
-        _static_tables(writer, tables, model, fabric, env.now, faults)
+        _static_tables(writer, tables, model, fabric, ex, env.now, faults)
         write_power_tables(writer, ex.accelerators, tables)
         summary["wall_time_s"] = time.perf_counter() - wall0
         out = writer.finish({
@@ -119,7 +127,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
 
 
 def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: Fabric,
-                   makespan: float, faults: list) -> None:
+                   ex: Executor, makespan: float, faults: list) -> None:
     topo, lay = model.topo, model.layout
     if "links" in tables:
         nbytes = fabric.link_bytes
@@ -152,6 +160,8 @@ def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: 
                                    "tp": "int32", "cls": "int32", "degree": "int32"})
         t.extend({"rank": r, "device": dev, "x": coords[:, 0], "y": coords[:, 1], "z": z,
                   "dp": d, "pp": p, "tp": tpi, "cls": lay.rank_class, "degree": deg})
+    if "data" in tables and ex.data is not None:
+        writer.table("data", DATA_COLUMNS, DATA_UNITS).extend(ex.data.table())
     if "faults" in tables:
         t = writer.table("faults", {"time_s": "float64", "kind": "category",
                                     "target": "category", "action": "category"},

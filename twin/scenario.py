@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError
 
+from devices.host import HostSpec
 from devices.memory import DmaSpec, MemorySpec, OpSpec, ServiceSpec
 from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec
@@ -32,10 +33,12 @@ from twin.kernel.schema import (
     read_yaml,
     require_mapping,
 )
+from workloads.data import DataSpec
 from workloads.job import JobSpec
 from workloads.spec import ModelSpec, ParallelismSpec, ShardingSpec, WorkloadSpec
 
-TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults")
+TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults",
+                "data")
 CollectiveAlgorithm = Literal["auto", "ring", "bidir_ring", "torus2d", "hierarchical",
                               "rail_rings"]
 
@@ -121,7 +124,7 @@ class TraceSpec(StrictModel):
     enabled: bool = True
     path: str | None = Field(default=None, description="default runs/<name>.h5")
     tables: list[Literal["ops", "messages", "links", "power", "alerts", "telemetry", "ranks",
-                         "faults"]] = list(TRACE_TABLES)
+                         "faults", "data"]] = list(TRACE_TABLES)
     compression: Literal["gzip", "lzf", "none"] = "gzip"
 
 
@@ -137,6 +140,7 @@ class Scenario(StrictModel):
     simulation: SimulationSpec = SimulationSpec()
     power: PowerSpec = PowerSpec()
     memory: MemorySpec = MemorySpec()
+    data: DataSpec = DataSpec()
     faults: list[FaultSpec] = []
     job: JobSpec = JobSpec()
     trace: TraceSpec = TraceSpec()
@@ -188,6 +192,8 @@ def _known_fields() -> dict[str, list[str]]:
         "memory.service": field_names(ServiceSpec),
         "memory.op": field_names(OpSpec),
         "memory.dma": field_names(DmaSpec),
+        "data": field_names(DataSpec),
+        "data.host": field_names(HostSpec),
         "trace": field_names(TraceSpec),
     }
     return known
@@ -351,6 +357,7 @@ def check_consistency(scen: Scenario) -> list[Problem]:
 
     problems.extend(check_power(scen.power, dev, par.pp))
     problems.extend(scen.memory.problems(dev))
+    problems.extend(scen.data.problems())
     topo_problems = _check_topology(scen)
     problems.extend(topo_problems)
     if not topo_problems:

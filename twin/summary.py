@@ -17,6 +17,7 @@ from devices.accelerator import peak_power
 from devices.power_report import collect_alerts, power_summary
 from topologies.routing import NoRoute, Router
 from twin.build import Model, class_sizes, model_flops_per_iteration
+from twin.iteration_stats import iteration_report
 from workloads.job import job_metrics
 
 SUMMARY_KEYS = ("iteration_time_s", "iterations", "makespan_s", "energy_j",
@@ -59,6 +60,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     recv = per_device("recv_s")
     dpw = per_device("dp_wait_s")
     shw = per_device("shard_wait_s")  # 0 without sharding
+    dataw = per_device("data_wait_s")
     denom = n_dev * makespan if makespan > 0 else 1.0
     try:
         hops = model.layout.hops_per_group(model.router)
@@ -88,8 +90,11 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "tp_comm_time_per_device_s": tp / n_dev,
         "pipeline_wait_per_device_s": recv / n_dev,
         "dp_wait_per_device_s": dpw / n_dev,
-        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw + shw if shw else
-                                                  busy + tp + recv + dpw) / n_dev, 0.0),
+        "data_wait_per_device_s": dataw / n_dev,
+        "data_wait_fraction": dataw / denom,
+        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw + dataw + shw if shw
+                                                  else busy + tp + recv + dpw + dataw) / n_dev,
+                                      0.0),
         "memory_per_device_gb": {f"stage{m.stage}": m.total / 1e9 for m in model.stage_memory},
         "microbatches": model.microbatches,
         "bytes_sent": float(fabric.bytes_sent.sum()),
@@ -102,9 +107,6 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         # fault tolerance (workloads.job): restarts, lost work, availability, goodput
         "completed": done == iters,
         "iterations_completed": int(done),
-        "iteration_time_p50_s": float(np.percentile(it_times, 50)) if done else float("nan"),
-        "iteration_time_p99_s": float(np.percentile(it_times, 99)) if done else float("nan"),
-        "iteration_time_max_s": float(it_times.max()) if done else float("nan"),
         **job_metrics(getattr(ex, "job", None), ex.accelerators, fabric, makespan, int(done),
                       scen.workload.global_batch * scen.workload.seq),
         "bytes_dropped": float(getattr(fabric, "bytes_dropped", np.zeros(1)).sum()),
@@ -114,9 +116,40 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "symmetry_used": bool(model.symmetric),
         "rank_classes": len(sizes),
         **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
-        **_memory_keys(ex),
+        **(mem := _memory_keys(ex)),
+        **iteration_report(it_times, bool(random_sources(scen)),
+                           infinite_variance_sources(scen, mem)),
+        "data_path": (ex.data.report(makespan)
+                      if getattr(ex, "data", None) is not None else None),
         **_sharding_keys(model, per_device, n_dev),
     }
+
+
+def random_sources(scen) -> list[str]:
+    """What makes a run random (its iteration times samples): compute jitter, sampled HBM
+    contention, faults with random timing or a per-block random tail."""
+    out = []
+    if scen.simulation.compute_jitter_cov > 0:
+        out.append("simulation.compute_jitter_cov")
+    if scen.memory.model != "roofline":
+        out.append(f"memory.model {scen.memory.model}")
+    for i, f in enumerate(scen.faults):
+        for key in ("ttf", "ttr", "tail"):
+            if getattr(f, key, None) is not None:
+                out.append(f"faults[{i}].{key}")
+    return out
+
+
+def infinite_variance_sources(scen, memory_keys: dict[str, Any]) -> list[str]:
+    """Inputs of the run with infinite variance (a Pareto tail with alpha <= 2)."""
+    out = []
+    if memory_keys.get("memory_variance_infinite"):
+        out.append("HBM service time (memory.service) has infinite variance")
+    for i, f in enumerate(scen.faults):
+        dist = f.tail_distribution() if hasattr(f, "tail_distribution") else None
+        if dist is not None and not dist.variance_finite:
+            out.append(f"faults[{i}].tail has infinite variance")
+    return out
 
 
 def _sharding_keys(model: Model, per_device, n_dev: int) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from workloads import collectives
 from workloads.parallel import Layout
 from workloads.schedules import (
     COMPUTE,
+    DATA,
     DP_START,
     DP_WAIT,
     RECV,
@@ -55,6 +56,7 @@ class CommStats:
     tp_s: float = 0.0
     recv_s: float = 0.0
     dp_wait_s: float = 0.0
+    data_wait_s: float = 0.0
     comm_stream_s: float = 0.0
     shard_wait_s: float = 0.0     # compute stream waiting for parameter all-gathers
     shard_stream_s: float = 0.0   # busy time of the sharding streams (shard + replica)
@@ -78,13 +80,15 @@ class Executor:
             that change the class's accelerator, e.g. heavy-tailed HBM service).
         chained: run tensor-parallel collectives as chained fabric transfers instead of
             processes (faster; only for runs that nothing can abort or cut off).
+        data: the data path (``workloads.data.DataPath``) that ``DATA`` instructions take
+            their input from, or None.
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
                  programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
                  job=None, before_block: Callable[[int], None] | None = None,
-                 chained: bool = False):
+                 chained: bool = False, data=None):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -103,6 +107,7 @@ class Executor:
         self.job = job
         self.before_block = before_block
         self.chained = chained
+        self.data = data
         self.done = env.event()
         self.epoch = 0
         self._live: set[simpy.Process] = set()
@@ -193,6 +198,15 @@ class Executor:
                         st.dp_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "dp_wait", "dp_wait", -1, -1, -1, t0, env.now,
                                0.0)
+                elif op == DATA:  # the microbatch's input from the data path
+                    ev = self.data.ready(cls, it, ins[1])
+                    if not ev.triggered:
+                        yield from self._blocked(cls, "data_wait", ev)
+                    self.data.consumed(cls, it, ins[1])
+                    if env.now > t0:
+                        st.data_wait_s += env.now - t0
+                        rec.op(cls, it, "compute", "data_wait", "data_wait", ins[1], -1, -1, t0,
+                               env.now, 0.0)
             st.iteration_end.append(env.now)
             if job is not None and job.due(it):
                 t0 = env.now
@@ -205,7 +219,7 @@ class Executor:
 
     def _blocked(self, cls: int, kind: str, ev: simpy.Event):
         """Process body: the compute stream of ``cls`` waits for ``ev`` (a wait of ``kind``,
-        which bubble-aware down-clocking sees)."""
+        seen by the accelerator's bubble down-clocking and by :meth:`abort`)."""
         acc = self.accelerators[cls]
         acc.wait_start(kind)
         self._waiting[cls] = kind
@@ -256,6 +270,8 @@ class Executor:
                 self.accelerators[cls].wait_end(kind)
                 self._waiting[cls] = None
         self._live.clear()
+        if self.data is not None:
+            self.data.abort()
         return draining
 
     def restart(self, start_iteration: int) -> None:
@@ -267,6 +283,8 @@ class Executor:
         self._busy[:] = [False] * len(self._busy)
         for st in self.stats:
             del st.iteration_end[start_iteration:]
+        if self.data is not None:
+            self.data.restart(start_iteration)
         self._start_agents(start_iteration)
 
     def finish(self, makespan: float) -> None:

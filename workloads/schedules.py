@@ -12,6 +12,9 @@ A program is a list of tuples ``(opcode, ...)``:
   communication stream (overlaps with the remaining backward work);
 * ``(DP_WAIT,)`` - wait for every started bucket;
 * ``(COMPUTE, "optimizer", -1, -1, -1)`` - the optimizer step;
+* ``(DATA, mb)`` - take microbatch ``mb``'s input from the data path (``workloads.data``),
+  waiting if it is not ready; only with ``StageWork.load_input``, before the first forward
+  block of each microbatch on the first virtual stage.
 * sharded data parallelism (``workloads.sharding`` adds these to a program):
   ``(SH_GATHER, key, nbytes)`` - start an all-gather of ``nbytes`` of parameters over the
   shard group on the sharding communication stream (FIFO); ``(SH_WAIT, key)`` - the compute
@@ -28,9 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, SH_GATHER, SH_WAIT, SH_REDUCE = range(9)
-OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "sh_gather", "sh_wait",
-                "sh_reduce")
+COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, DATA, SH_GATHER, SH_WAIT, SH_REDUCE = (
+    range(10))
+OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "data",
+                "sh_gather", "sh_wait", "sh_reduce")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class StageWork:
     embed_grad_bytes: float      # gradient bytes of embedding (stage 0) on one rank
     head_grad_bytes: float       # gradient bytes of the untied output layer (last stage)
     bucket_bytes: float
+    load_input: bool = False     # the data path feeds the first virtual stage (DATA)
 
 
 def unit_order(schedule: str, stage: int, pp: int, m: int,
@@ -119,6 +124,8 @@ def build_program(w: StageWork, schedule: str) -> list[tuple]:
             if vstage > 0:
                 prog.append((RECV, -1, ("F", mb, c)))
             else:
+                if w.load_input:
+                    prog.append((DATA, mb))
                 prog.append((COMPUTE, "embed_fwd", mb, c, -1))
             for layer in layers:
                 for blk in ("attn_fwd", "mlp_fwd"):

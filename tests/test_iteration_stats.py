@@ -1,0 +1,92 @@
+"""Iteration-time distribution and the convergence verdict (twin/iteration_stats.py).
+
+References: hand-computed percentiles and coefficient of variation; series whose behaviour is
+known by construction (constant, i.i.d. light-tailed noise, a drift, i.i.d. Pareto with
+alpha 1.2 < 2); runs whose inputs are deterministic or have an infinite-variance tail.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import twin
+from twin.iteration_stats import MIN_CHECK, iteration_report
+
+
+def test_distribution_keys_by_hand():
+    r = iteration_report(np.array([1.0, 2.0, 3.0, 4.0]), random=False)
+    assert r["iteration_time_p50_s"] == 2.5
+    assert r["iteration_time_p99_s"] == pytest.approx(3.97)  # 3 + 0.97 x (4 - 3), linear
+    assert r["iteration_time_max_s"] == 4.0
+    # sample standard deviation sqrt(((1.5^2 + 0.5^2) x 2) / 3) over the mean 2.5
+    assert r["iteration_time_cov"] == pytest.approx(math.sqrt(5 / 3) / 2.5)
+    assert r["iteration_time_running_mean_s"] == [1.0, 1.5, 2.5]  # after 1, 2 and 4
+
+
+def test_deterministic_constant_run_is_exact():
+    r = iteration_report(np.full(3, 0.2), random=False)
+    assert r["iteration_time_converged"] and r["iteration_time_se_s"] == 0.0
+    assert r["iteration_time_mean_is"].startswith("exact")
+    assert r["iteration_time_cov"] < 1e-12 and not r["iteration_time_warnings"]
+
+
+def test_light_tailed_noise_settles():
+    rng = np.random.default_rng(7)
+    t = 1.0 + 0.02 * rng.exponential(size=400)
+    r = iteration_report(t, random=True)
+    assert r["iteration_time_converged"], r["iteration_time_warnings"]
+    assert r["iteration_time_mean_is"] == "steady-state estimate"
+    # batch-means standard error vs the i.i.d. one: sd / sqrt(n) = 0.02 / 20 = 1e-3
+    assert r["iteration_time_se_s"] == pytest.approx(1e-3, rel=0.5)
+    assert r["iteration_time_tail_index"] > 2
+
+
+def test_drift_does_not_settle():
+    t = np.linspace(1.0, 2.0, 40)  # e.g. a die heating up: the mean depends on the run length
+    for random in (False, True):
+        r = iteration_report(t, random=random)
+        assert not r["iteration_time_converged"]
+        assert "does not settle" in r["iteration_time_warnings"][0]
+
+
+def test_infinite_variance_series_is_flagged():
+    """i.i.d. Pareto excess with alpha 1.2: the Hill interval lies below 2."""
+    rng = np.random.default_rng(3)
+    t = 1.0 + 0.01 * (rng.pareto(1.2, size=4000) + 1.0)
+    r = iteration_report(t, random=True)
+    assert not r["iteration_time_converged"]
+    assert any("infinite variance" in w for w in r["iteration_time_warnings"])
+    assert 0.8 < r["iteration_time_tail_index"] < 1.6
+
+
+def test_known_infinite_variance_source_and_short_random_runs():
+    r = iteration_report(np.full(20, 1.0), random=True, infinite_variance=["faults[0].tail"])
+    assert not r["iteration_time_converged"] and r["iteration_time_se_s"] == math.inf
+    short = iteration_report(np.ones(MIN_CHECK), random=True)  # MIN_CHECK - 1 after warm-up
+    assert not short["iteration_time_converged"]
+    assert "too few" in short["iteration_time_warnings"][0]
+
+
+def test_heavy_tailed_hbm_fault_run_is_flagged(capsys):
+    """A per-block Pareto alpha 1.5 memory multiplier (infinite variance): the run says its
+    iteration-time mean is a sample, and `twin run` prints the warning."""
+    from twin.cli import print_summary
+
+    scen = twin.load_scenario("scenarios/fault_hbm.yaml",
+                              ["workload.iterations=3", "trace.enabled=false"])
+    s = twin.run(scen).summary
+    assert s["iteration_time_converged"] is False
+    assert any("faults[0].tail" in w for w in s["iteration_time_warnings"])
+    print_summary(s)
+    assert "warning: iteration_time_s is a sample mean" in capsys.readouterr().out
+
+
+def test_quickstart_is_deterministic_and_converged():
+    s = twin.run(twin.load_scenario("scenarios/quickstart.yaml",
+                                    ["trace.enabled=false"])).summary
+    assert s["iteration_time_converged"] is True
+    assert s["iteration_time_p50_s"] == pytest.approx(s["iteration_time_s"], rel=1e-12)
+    assert s["iteration_time_cov"] < 1e-12
