@@ -226,3 +226,18 @@ def test_dvfs_stage_plan_follows_the_split(tmp_path):
     ran = (comp["t_end"] - comp["t_start"]).groupby(comp["cls"]).sum().tolist()
     assert busy == pytest.approx(ran, rel=1e-9)
     assert busy[1] > busy[2] > busy[0]
+
+
+@pytest.mark.parametrize("schedule,pp,v,m", [
+    ("gpipe", 4, 1, 6), ("1f1b", 4, 1, 2), ("1f1b", 4, 1, 8), ("interleaved", 4, 2, 8),
+    ("interleaved", 3, 3, 6), ("interleaved", 2, 4, 2)])
+def test_schedule_walk_equals_the_closed_forms_on_an_even_split(schedule, pp, v, m):
+    """The walk uneven stages use gives, on an even split, the in-flight closed forms (GPipe m,
+    1F1B pp - s, interleaved 2 (pp-s-1) + (v-1) pp + 1 chunks)."""
+    from workloads.memory import in_flight_microbatches
+    from workloads.stages import peak_layer_activations
+
+    per = 2
+    for s in range(pp):
+        walk = peak_layer_activations(schedule, s, pp, m, [per] * v)
+        assert walk == in_flight_microbatches(schedule, pp, s, m, v) * per * v

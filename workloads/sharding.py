@@ -107,8 +107,8 @@ class ShardWork:
     prefetch: bool
     replicas: int             # shard groups per data-parallel group (hybrid_shard: dp / N)
     degree: int               # N
-    param_bytes: dict         # unit ("L", "E", "H") -> weight bytes of one unit
-    grad_bytes: dict          # unit -> gradient bytes of one unit
+    param_bytes: dict[str, float]  # unit ("L" a layer, "E", "H") -> weight bytes of one unit
+    grad_bytes: dict[str, float]   # unit -> gradient bytes of one unit
     bucket_bytes: float
 
 
