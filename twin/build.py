@@ -19,7 +19,15 @@ from workloads.feasibility import microbatches
 from workloads.memory import StageMemory, memory_per_stage, optimizer_entry
 from workloads.parallel import Layout
 from workloads.schedules import COMPUTE, StageWork, build_program
-from workloads.transformer import Block, Kernel, TransformerCosts, grad_bytes_per_element
+from workloads.sharding import ShardWork, shard_degree, shard_program
+from workloads.stages import resolve_split, stage_chunks
+from workloads.transformer import (
+    Block,
+    Kernel,
+    TransformerCosts,
+    grad_bytes_per_element,
+    weight_bytes_per_element,
+)
 
 
 @dataclass
@@ -38,6 +46,7 @@ class Model:
     microbatches: int
     symmetric: bool
     hbm_pj_per_bit: float
+    split: list[int] | None = None  # transformer layers per virtual stage, model order
 
 
 def uses_symmetry(scen: Scenario) -> bool:
@@ -78,36 +87,46 @@ def build(scen: Scenario) -> Model:
                           cl.links_per_edge, **cl.topology_options())
     router = Router(topo)
     symmetric = uses_symmetry(scen)
+    sh = w.sharding
+    shards = shard_degree(sh, par.dp)
     layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric,
-                    algorithms=scen.network.algorithms)
+                    algorithms=scen.network.algorithms,
+                    shard=shards if sh.strategy == "hybrid_shard" else None)
     tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, par.tp,
                           w.sequence_parallel, w.recompute, w.attention)
     m = microbatches(w)
-    mem = memory_per_stage(tc, par.pp, m, w.schedule, w.virtual_stages, par.dp)
+    split = resolve_split(w, cl.device)
+    mem = memory_per_stage(tc, par.pp, m, w.schedule, w.virtual_stages, par.dp, split,
+                           sh.strategy, shards, sh.prefetch, w.grad_bucket_mb * 1e6,
+                           w.activation_memory)
     pj = cl.device.hbm_pj_per_bit
     compute = ComputeModel(cl.device, w.precision, pj)
     ge = grad_bytes_per_element(w.precision)
-    layers_per_chunk = w.model.layers // (par.pp * w.virtual_stages)
+    chunks = stage_chunks(split, par.pp)
+    params = {"L": tc.layer_params() / par.tp, "E": tc.embedding_params() / par.tp,
+              "H": (tc.output_params() + (w.model.vocab * w.model.hidden
+                                          if w.model.tied_embeddings and par.pp > 1
+                                          else 0)) / par.tp}
+    we = weight_bytes_per_element(w.precision)
+    shard_work = ShardWork(sh.strategy, sh.prefetch, par.dp // shards, shards,
+                           {k: v * we for k, v in params.items()},
+                           {k: v * ge for k, v in params.items()}, w.grad_bucket_mb * 1e6)
     programs, blocks = {}, {}
     for stage in range(par.pp):
         work = StageWork(
             stage=stage, pp=par.pp, virtual=w.virtual_stages, microbatches=m,
-            layers_per_chunk=layers_per_chunk, tp=par.tp,
+            chunk_layers=chunks[stage], tp=par.tp,
             sequence_parallel=w.sequence_parallel, recompute=w.recompute,
             activation_bytes=w.micro_batch * w.seq * w.model.hidden * tc.e,
-            layer_grad_bytes=tc.layer_params() / par.tp * ge,
-            embed_grad_bytes=tc.embedding_params() / par.tp * ge,
-            head_grad_bytes=(tc.output_params() + (w.model.vocab * w.model.hidden
-                                                   if w.model.tied_embeddings and par.pp > 1
-                                                   else 0)) / par.tp * ge,
-            bucket_bytes=w.grad_bucket_mb * 1e6,
+            layer_grad_bytes=params["L"] * ge, embed_grad_bytes=params["E"] * ge,
+            head_grad_bytes=params["H"] * ge, bucket_bytes=w.grad_bucket_mb * 1e6,
             load_input=scen.data.enabled,
         )
         schedule = w.schedule if par.pp > 1 else "1f1b"
-        programs[stage] = build_program(work, schedule)
-        blocks[stage] = stage_blocks(tc, mem[stage].params)
+        programs[stage] = shard_program(build_program(work, schedule), shard_work)
+        blocks[stage] = stage_blocks(tc, mem[stage].params / shards)  # optimizer on the shard
     return Model(scen, topo, router, layout, tc, mem, programs, blocks, compute, m, symmetric,
-                 pj)
+                 pj, split)
 
 
 def model_flops_per_iteration(model: Model) -> float:

@@ -35,7 +35,7 @@ from twin.kernel.schema import (
 )
 from workloads.data import DataSpec
 from workloads.job import JobSpec
-from workloads.spec import ModelSpec, ParallelismSpec, WorkloadSpec
+from workloads.spec import ModelSpec, ParallelismSpec, ShardingSpec, WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults",
                 "data", "devices", "phase_links")
@@ -184,6 +184,7 @@ def _known_fields() -> dict[str, list[str]]:
         "workload": field_names(WorkloadSpec),
         "workload.model": field_names(ModelSpec),
         "workload.parallelism": field_names(ParallelismSpec),
+        "workload.sharding": field_names(ShardingSpec),
         "network": field_names(NetworkSpec),
         "simulation": field_names(SimulationSpec),
         "power": field_names(PowerSpec),
@@ -419,16 +420,23 @@ def _check_algorithms(scen: Scenario) -> list[Problem]:
         return []
     par = w.parallelism
     topo = _build_graph(scen)
-    layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric=True)
+    g = w.sharding.group
+    hybrid = w.sharding.strategy == "hybrid_shard" and g is not None and par.dp % g == 0
+    layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric=True,
+                    shard=w.sharding.group if hybrid else None)
     problems = []
     for kind, algo in wanted.items():
-        why = collectives.check(algo, layout.all_group_devices(kind), topo)
-        if why is not None:
+        # hybrid sharding runs the data-parallel algorithm on shard and replica groups
+        for groups in [kind] + (["shard", "replica"] if kind == "dp" and hybrid else []):
+            why = collectives.check(algo, layout.all_group_devices(groups), topo)
+            if why is None:
+                continue
             problems.append(Problem(
-                f"network.{kind}_algorithm", f"{algo} does not fit the {kind} groups of "
+                f"network.{kind}_algorithm", f"{algo} does not fit the {groups} groups of "
                 f"{scen.cluster.topology.kind} with placement {w.placement}: {why}", algo,
                 "auto, ring, bidir_ring; torus2d for groups that are 2D sub-grids of torus2d, "
                 "mesh2d or torus3d; hierarchical on switched with equal members per node"))
+            break
     return problems
 
 

@@ -62,6 +62,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     tp = per_device("tp_s")
     recv = per_device("recv_s")
     dpw = per_device("dp_wait_s")
+    shw = per_device("shard_wait_s")  # 0 without sharding
     dataw = per_device("data_wait_s")
     denom = n_dev * makespan if makespan > 0 else 1.0
     try:
@@ -82,7 +83,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "mfu": flops / (it_time * n_dev * peak) if it_time > 0 else 0.0,
         "devices": n_dev,
         "bubble_fraction": recv / denom,
-        "exposed_comm_fraction": (tp + dpw) / denom,
+        "exposed_comm_fraction": (tp + dpw + shw if shw else tp + dpw) / denom,
         "events": int(env.events_processed),
         "wall_time_s": wall_s,
         # details
@@ -94,7 +95,9 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "dp_wait_per_device_s": dpw / n_dev,
         "data_wait_per_device_s": dataw / n_dev,
         "data_wait_fraction": dataw / denom,
-        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw + dataw) / n_dev, 0.0),
+        "idle_time_per_device_s": max(makespan - (busy + tp + recv + dpw + dataw + shw if shw
+                                                  else busy + tp + recv + dpw + dataw) / n_dev,
+                                      0.0),
         "memory_per_device_gb": {f"stage{m.stage}": m.total / 1e9 for m in model.stage_memory},
         "microbatches": model.microbatches,
         "bytes_sent": float(fabric.bytes_sent.sum()),
@@ -125,6 +128,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "forwarded_bytes": float(node.forwarded_bytes.sum()),
         "edge_effect": edge_effect(device_frame(model, fabric, ex, makespan, node),
                                    model.symmetric, max(int(done), 1)),
+        **_sharding_keys(model, per_device, n_dev),
     }
 
 
@@ -153,6 +157,25 @@ def infinite_variance_sources(scen, memory_keys: dict[str, Any]) -> list[str]:
         if dist is not None and not dist.variance_finite:
             out.append(f"faults[{i}].tail has infinite variance")
     return out
+
+
+def _sharding_keys(model: Model, per_device, n_dev: int) -> dict[str, Any]:
+    """``sharding`` (only for sharded data parallelism, ``workloads.sharding``): strategy,
+    shard-group size, exposed all-gather wait and sharding-stream busy time per device, and
+    the memory breakdown of every stage."""
+    sh = model.scenario.workload.sharding
+    if sh.strategy == "none":
+        return {}
+    from workloads.sharding import shard_degree
+
+    return {"sharding": {
+        "strategy": sh.strategy,
+        "shard_group": shard_degree(sh, model.scenario.workload.parallelism.dp),
+        "prefetch": sh.prefetch,
+        "allgather_wait_per_device_s": per_device("shard_wait_s") / n_dev,
+        "stream_time_per_device_s": per_device("shard_stream_s") / n_dev,
+        "memory_gb": {f"stage{m.stage}": m.breakdown_gb() for m in model.stage_memory},
+    }}
 
 
 def _memory_keys(ex) -> dict[str, Any]:

@@ -3,7 +3,11 @@
 One process per rank class interprets its stage's program on the compute stream, running
 compute blocks on the class's :class:`~devices.accelerator.Accelerator` agent; gradient
 all-reduces run on a per-class communication stream (FIFO, overlapping the backward pass);
-pipeline sends run as their own processes and fill the receiver's mailbox.
+pipeline sends run as their own processes and fill the receiver's mailbox. Sharded data
+parallelism (``workloads.sharding``) adds a second communication stream per class for the
+shard group's all-gathers and reduce-scatters (FIFO, in issue order) and a third for hybrid
+sharding's all-reduce of gradient shards across shard groups; the compute stream waits for an
+all-gather only where the program says so (``SH_WAIT``), and for every stream at ``DP_WAIT``.
 Collectives rendezvous: a collective starts when every class holding a member of the
 participating groups has reached it, then runs the algorithm's phases on the fabric for all
 those groups at once.
@@ -30,7 +34,18 @@ from devices.fabric import Fabric
 from twin.kernel.records import Recorder
 from workloads import collectives
 from workloads.parallel import Layout
-from workloads.schedules import COMPUTE, DATA, DP_START, DP_WAIT, RECV, SEND, TP
+from workloads.schedules import (
+    COMPUTE,
+    DATA,
+    DP_START,
+    DP_WAIT,
+    RECV,
+    SEND,
+    SH_GATHER,
+    SH_REDUCE,
+    SH_WAIT,
+    TP,
+)
 from workloads.transformer import Block
 
 
@@ -43,6 +58,8 @@ class CommStats:
     dp_wait_s: float = 0.0
     data_wait_s: float = 0.0
     comm_stream_s: float = 0.0
+    shard_wait_s: float = 0.0     # compute stream waiting for parameter all-gathers
+    shard_stream_s: float = 0.0   # busy time of the sharding streams (shard + replica)
     iteration_end: list[float] = field(default_factory=list)
 
 
@@ -111,9 +128,12 @@ class Executor:
         prog = self.programs[stage]
         blocks = self.blocks[stage]
         rec = self.recorder
-        busy, waiting, hook, job = self._busy, self._waiting, self.before_block, self.job
+        busy, hook, job = self._busy, self.before_block, self.job
         for it in range(start, self.iterations):
             dp_tail: simpy.Event | None = None
+            sh_tail: simpy.Event | None = None   # sharding stream (all-gather, reduce-scatter)
+            rep_tail: simpy.Event | None = None  # hybrid sharding: all-reduce across groups
+            gathers: dict = {}
             for ins in prog:
                 op = ins[0]
                 if op == COMPUTE:
@@ -127,11 +147,8 @@ class Executor:
                     continue
                 t0 = env.now
                 if op == TP:
-                    acc.wait_start("tp")
-                    waiting[cls] = "tp"
-                    yield self._collective("tp", cls, ins[1], ins[2])
-                    waiting[cls] = None
-                    acc.wait_end("tp")
+                    yield from self._blocked(cls, "tp", self._collective("tp", cls, ins[1],
+                                                                          ins[2]))
                     st.tp_s += env.now - t0
                     rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
                 elif op == SEND:
@@ -145,25 +162,38 @@ class Executor:
                     if ev is None:
                         ev = self._mail[key] = env.event()
                     if not ev.triggered:
-                        acc.wait_start("recv")
-                        waiting[cls] = "recv"
-                        yield ev
-                        waiting[cls] = None
-                        acc.wait_end("recv")
+                        yield from self._blocked(cls, "recv", ev)
                     del self._mail[key]
                     if env.now > t0:
                         st.recv_s += env.now - t0
                         rec.op(cls, it, "compute", "recv", ins[2][0], ins[2][1], ins[2][2], -1,
                                t0, env.now, 0.0)
                 elif op == DP_START:
-                    dp_tail = self._spawn(self._dp_job(cls, it, dp_tail, ins[1], ins[2]))
+                    dp_tail = self._spawn(self._stream_job(cls, it, dp_tail, "dp", "allreduce",
+                                                           ins[2], ins[1]))
+                elif op == SH_GATHER:
+                    sh_tail = gathers[ins[1]] = self._spawn(self._stream_job(
+                        cls, it, sh_tail, "shard", "allgather", ins[2], ins[1]))
+                elif op == SH_REDUCE:
+                    sh_tail = rs = self._spawn(self._stream_job(
+                        cls, it, sh_tail, "shard", "reduce_scatter", ins[1], -1))
+                    if ins[2] > 0:
+                        rep_tail = self._spawn(self._stream_job(
+                            cls, it, rep_tail, "replica", "allreduce", ins[2], -1, rs))
+                elif op == SH_WAIT:
+                    ev = gathers.pop(ins[1])
+                    if not ev.triggered:
+                        yield from self._blocked(cls, "dp_wait", ev)
+                    if env.now > t0:
+                        st.shard_wait_s += env.now - t0
+                        rec.op(cls, it, "compute", "shard_wait", "allgather", ins[1], -1, -1,
+                               t0, env.now, 0.0)
                 elif op == DP_WAIT:
-                    if dp_tail is not None and not dp_tail.triggered:
-                        acc.wait_start("dp_wait")
-                        waiting[cls] = "dp_wait"
-                        yield dp_tail
-                        waiting[cls] = None
-                        acc.wait_end("dp_wait")
+                    tails = [e for e in (dp_tail, sh_tail, rep_tail)
+                             if e is not None and not e.triggered]
+                    if tails:
+                        yield from self._blocked(cls, "dp_wait", tails[0] if len(tails) == 1
+                                                 else env.all_of(tails))
                     if env.now > t0:
                         st.dp_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "dp_wait", "dp_wait", -1, -1, -1, t0, env.now,
@@ -180,11 +210,7 @@ class Executor:
             st.iteration_end.append(env.now)
             if job is not None and job.due(it):
                 t0 = env.now
-                acc.wait_start("checkpoint")
-                waiting[cls] = "checkpoint"
-                yield job.checkpoint(it)
-                waiting[cls] = None
-                acc.wait_end("checkpoint")
+                yield from self._blocked(cls, "checkpoint", job.checkpoint(it))
                 rec.op(cls, it, "compute", "checkpoint", "checkpoint", -1, -1, -1, t0, env.now,
                        0.0)
         self._finished += 1
@@ -267,14 +293,23 @@ class Executor:
             acc.idle_until(makespan)
 
     # ----------------------------------------------------------------- communication
-    def _dp_job(self, cls: int, it: int, prev: simpy.Event | None, bucket: int, nbytes: float):
+    def _stream_job(self, cls: int, it: int, prev: simpy.Event | None, kind: str, algo: str,
+                    nbytes: float, tag: int, after: simpy.Event | None = None):
+        """A collective on a communication stream: starts when the stream's previous job
+        (``prev``) and ``after`` have finished. ``tag`` goes into the ops table's ``mb``
+        column (the bucket, or the all-gather's key)."""
         if prev is not None:
             yield prev
+        if after is not None:
+            yield after
         t0 = self.env.now
-        yield self._collective("dp", cls, "allreduce", nbytes)
-        self.stats[cls].comm_stream_s += self.env.now - t0
-        self.recorder.op(cls, it, "comm", "dp", "allreduce", bucket, -1, -1, t0, self.env.now,
-                         0.0)
+        yield self._collective(kind, cls, algo, nbytes)
+        st = self.stats[cls]
+        if kind == "dp":
+            st.comm_stream_s += self.env.now - t0
+        else:
+            st.shard_stream_s += self.env.now - t0
+        self.recorder.op(cls, it, "comm", kind, algo, tag, -1, -1, t0, self.env.now, 0.0)
 
     def _p2p_plan(self, cls: int, direction: int, nbytes: float) -> tuple[list, list[int]]:
         """Phases of a pipeline send and the receiving classes (cached: the same phase objects
@@ -373,7 +408,7 @@ class Executor:
     def _run_collective(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
                         nbytes: float, owner: int):
         phases = self._phases(kind, parts, gids, algo, nbytes)
-        ends = parts if kind == "dp" else ()  # TP collectives block the compute stream
+        ends = () if kind == "tp" else parts  # TP collectives block the compute stream
         self._in_flight(ends, 1)
         try:
             for phase in phases:

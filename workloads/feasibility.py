@@ -32,10 +32,13 @@ def check_workload(w: WorkloadSpec) -> list[Problem]:
         p.append(Problem("workload.parallelism.tp", f"must divide the MLP width {m.ffn}",
                          par.tp, _divisors(m.ffn, limit=64)))
     chunks = par.pp * w.virtual_stages
-    if m.layers % chunks:
+    if w.stage_layers is None and m.layers % chunks:
         p.append(Problem("workload.parallelism.pp",
-                         f"pp*virtual_stages = {chunks} must divide the {m.layers} layers",
+                         f"pp*virtual_stages = {chunks} must divide the {m.layers} layers "
+                         f"(or give workload.stage_layers)",
                          par.pp, _divisors(m.layers)))
+    p += _check_stage_layers(w)
+    p += _check_sharding(w)
     if w.virtual_stages > 1 and w.schedule != "interleaved":
         p.append(Problem("workload.virtual_stages", "only the interleaved schedule uses "
                          "virtual stages", w.virtual_stages, "1, or set schedule: interleaved"))
@@ -54,25 +57,80 @@ def check_workload(w: WorkloadSpec) -> list[Problem]:
     return p
 
 
-def check_memory(w: WorkloadSpec, device: DeviceSpec) -> list[Problem]:
-    """Infeasibility: the busiest pipeline stage needs more memory than the device has."""
+def _check_stage_layers(w: WorkloadSpec) -> list[Problem]:
+    """``workload.stage_layers``: pp or pp*virtual_stages counts >= 0 summing to the layers
+    (a stage or chunk may hold none: only the embedding, the output layer, or nothing)."""
+    given, par, layers = w.stage_layers, w.parallelism, w.model.layers
+    path = "workload.stage_layers"
+    if given is None or given == "auto":
+        return []
+    chunks = par.pp * w.virtual_stages
+    lengths = sorted({par.pp, chunks})
+    allowed = " or ".join(str(n) for n in lengths)
+    if len(given) not in lengths:
+        return [Problem(path, f"needs {allowed} entries (pp = {par.pp}, virtual_stages = "
+                        f"{w.virtual_stages}), got {len(given)}", given,
+                        f"a list of {allowed} layer counts, or auto")]
+    p: list[Problem] = []
+    if any(n < 0 for n in given):
+        p.append(Problem(path, "layer counts must be >= 0", given, "integers >= 0"))
+    if sum(given) != layers:
+        p.append(Problem(path, f"entries sum to {sum(given)}, the model has {layers} layers",
+                         given, f"counts summing to {layers}"))
+    return p
+
+
+def _check_sharding(w: WorkloadSpec) -> list[Problem]:
+    """``workload.sharding``: ``group`` only for hybrid_shard, where it divides dp."""
+    sh, dp = w.sharding, w.parallelism.dp
+    if sh.strategy != "hybrid_shard":
+        if sh.group is not None:
+            return [Problem("workload.sharding.group", f"only used by strategy hybrid_shard, "
+                            f"not {sh.strategy}", sh.group,
+                            "leave it out, or strategy: hybrid_shard")]
+        return []
+    if sh.group is None:
+        return [Problem("workload.sharding.group", "required by hybrid_shard (ranks per shard "
+                        "group)", None, f"a divisor of dp = {dp}: {_divisors(dp)}")]
+    if dp % sh.group:
+        return [Problem("workload.sharding.group", f"must divide dp = {dp}", sh.group,
+                        _divisors(dp))]
+    return []
+
+
+def stage_memory(w: WorkloadSpec, device: DeviceSpec, split: list[int] | None = None) -> list:
+    """``workloads.memory.StageMemory`` of every pipeline stage of ``w`` on ``device``
+    (``split``: layers per virtual stage, default resolved from ``workload.stage_layers``)."""
     from workloads.memory import memory_per_stage
+    from workloads.sharding import shard_degree
+    from workloads.stages import resolve_split
 
     costs = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, w.parallelism.tp,
                              w.sequence_parallel, w.recompute, w.attention)
-    stages = memory_per_stage(costs, w.parallelism.pp, max(microbatches(w), 1), w.schedule,
-                              w.virtual_stages, w.parallelism.dp)
+    split = split if split is not None else resolve_split(w, device)
+    sh = w.sharding
+    return memory_per_stage(costs, w.parallelism.pp, max(microbatches(w), 1), w.schedule,
+                            w.virtual_stages, w.parallelism.dp, split, sh.strategy,
+                            shard_degree(sh, w.parallelism.dp), sh.prefetch,
+                            w.grad_bucket_mb * 1e6, w.activation_memory)
+
+
+def check_memory(w: WorkloadSpec, device: DeviceSpec) -> list[Problem]:
+    """Infeasibility: the busiest pipeline stage needs more memory than the device has."""
+    stages = stage_memory(w, device)
     worst = max(stages, key=lambda st: st.total)
     if worst.total <= device.hbm_bytes:
         return []
     gb = 1e9
+    buffers = f", communication buffers {worst.buffers / gb:.1f}" if worst.buffers else ""
     return [Problem(
         "workload",
         f"out of HBM: stage {worst.stage} needs {worst.total / gb:.1f} GB per device "
         f"(weights {worst.weights / gb:.1f}, gradients {worst.gradients / gb:.1f}, optimizer "
-        f"{worst.optimizer / gb:.1f}, activations {worst.activations / gb:.1f}) but "
+        f"{worst.optimizer / gb:.1f}, activations {worst.activations / gb:.1f}{buffers}) but "
         f"{device.name} has {device.hbm_gb:.0f} GB",
-        None, "more tp/pp, smaller micro_batch, recompute, or a larger device")]
+        None, "more tp/pp, smaller micro_batch, recompute, sharding "
+              "(workload.sharding.strategy), or a larger device")]
 
 
 def _divisors(n: int, limit: int | None = None) -> str:

@@ -3,6 +3,12 @@
 Rank ``r`` has coordinates ``(d, p, t)`` = (data-parallel replica, pipeline stage,
 tensor-parallel index) with ``r = (d * pp + p) * tp + t``.
 
+Group kinds: ``tp`` (same ``d, p``), ``dp`` (same ``p, t``), and for sharded data parallelism
+``shard`` (the ``shard`` consecutive data-parallel indices ``d`` that split the model states
+between them; the whole ``dp`` group unless hybrid sharding) and ``replica`` (the ranks of
+equal ``d mod shard`` across the shard groups of one ``dp`` group, which all-reduce their
+gradient shards).
+
 A *rank class* is a set of ranks the engine simulates as one agent because they execute the
 same program at the same times: with symmetry on, all ranks of a pipeline stage form one class
 (their compute is identical; their traffic is still sent for every member, so link contention
@@ -31,6 +37,7 @@ class Layout:
     placement: str = "snake"
     symmetric: bool = True
     algorithms: dict[str, str] | None = None  # collective algorithm per group kind (tp, dp)
+    shard: int | None = None  # ranks of a shard group (sharded data parallelism; default dp)
     device: np.ndarray = field(init=False)      # device of each rank
     rank_class: np.ndarray = field(init=False)  # class of each rank
     classes: list[np.ndarray] = field(init=False)  # ranks of each class
@@ -65,13 +72,23 @@ class Layout:
         return (np.asarray(d) * self.pp + np.asarray(p)) * self.tp + np.asarray(t)
 
     # ----------------------------------------------------------------- groups
+    @property
+    def shard_size(self) -> int:
+        """Ranks of a ``shard`` group."""
+        return self.shard or self.dp
+
     def group_id(self, kind: str, ranks: np.ndarray) -> np.ndarray:
-        """Id of the ``kind`` group (``tp``, ``dp``) each rank belongs to."""
+        """Id of the ``kind`` group (``tp``, ``dp``, ``shard``, ``replica``) of each rank."""
         d, p, t = self.coords(ranks)
         if kind == "tp":
             return d * self.pp + p
         if kind == "dp":
             return p * self.tp + t
+        g = self.shard_size
+        if kind == "shard":
+            return (p * self.tp + t) * (self.dp // g) + d // g
+        if kind == "replica":
+            return (p * self.tp + t) * g + d % g
         raise ValueError(kind)
 
     def group_ranks(self, kind: str, gid: int) -> np.ndarray:
@@ -82,6 +99,15 @@ class Layout:
         if kind == "dp":
             p, t = divmod(int(gid), self.tp)
             return self.rank(np.arange(self.dp), p, t)
+        g = self.shard_size
+        if kind == "shard":
+            pt, k = divmod(int(gid), self.dp // g)
+            p, t = divmod(pt, self.tp)
+            return self.rank(np.arange(k * g, (k + 1) * g), p, t)
+        if kind == "replica":
+            pt, j = divmod(int(gid), g)
+            p, t = divmod(pt, self.tp)
+            return self.rank(np.arange(j, self.dp, g), p, t)
         raise ValueError(kind)
 
     def group_devices(self, kind: str, gid: int) -> np.ndarray:
@@ -94,11 +120,17 @@ class Layout:
         return ring
 
     def algorithm(self, kind: str) -> str:
-        """Collective algorithm configured for ``kind`` groups (``auto`` when not given)."""
+        """Collective algorithm configured for ``kind`` groups (``auto`` when not given;
+        ``shard`` and ``replica`` groups use the data-parallel one)."""
+        kind = "dp" if kind in ("shard", "replica") else kind
         return (self.algorithms or {}).get(kind, "auto")
 
     def n_groups(self, kind: str) -> int:
         """Number of ``kind`` groups."""
+        if kind == "shard":
+            return self.pp * self.tp * (self.dp // self.shard_size)
+        if kind == "replica":
+            return self.pp * self.tp * self.shard_size
         return self.dp * self.pp if kind == "tp" else self.pp * self.tp
 
     def all_group_devices(self, kind: str) -> np.ndarray:

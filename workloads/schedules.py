@@ -15,6 +15,12 @@ A program is a list of tuples ``(opcode, ...)``:
 * ``(DATA, mb)`` - take microbatch ``mb``'s input from the data path (``workloads.data``),
   waiting if it is not ready; only with ``StageWork.load_input``, before the first forward
   block of each microbatch on the first virtual stage.
+* sharded data parallelism (``workloads.sharding`` adds these to a program):
+  ``(SH_GATHER, key, nbytes)`` - start an all-gather of ``nbytes`` of parameters over the
+  shard group on the sharding communication stream (FIFO); ``(SH_WAIT, key)`` - the compute
+  stream waits for that all-gather; ``(SH_REDUCE, nbytes, replica_nbytes)`` - start a gradient
+  reduce-scatter on the same stream, then (``replica_nbytes > 0``, hybrid sharding) an
+  all-reduce of the resulting shard across the shard groups on a stream of its own.
 
 Schedules decide the order of forward (F) and backward (B) units ``(chunk, mb)``:
 GPipe (all F then all B), 1F1B (PipeDream-flush: ``pp - stage - 1`` warm-up forwards, then
@@ -25,8 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, DATA = range(7)
-OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "data")
+COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, DATA, SH_GATHER, SH_WAIT, SH_REDUCE = (
+    range(10))
+OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "data",
+                "sh_gather", "sh_wait", "sh_reduce")
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,7 @@ class StageWork:
     pp: int
     virtual: int
     microbatches: int
-    layers_per_chunk: int
+    chunk_layers: tuple[int, ...]  # transformer layers of each of the stage's chunks
     tp: int
     sequence_parallel: bool
     recompute: str
@@ -108,9 +116,10 @@ def build_program(w: StageWork, schedule: str) -> list[tuple]:
 
     order = unit_order(schedule, s, pp, w.microbatches, v)
     last_b = {c: mb for kind, c, mb in order if kind == "B"}  # a chunk's final backward
+    first = [sum(w.chunk_layers[:c]) for c in range(v)]  # stage-local index of a chunk's layer 0
     for kind, c, mb in order:
         vstage = c * pp + s
-        layers = range(c * w.layers_per_chunk, (c + 1) * w.layers_per_chunk)
+        layers = range(first[c], first[c] + w.chunk_layers[c])
         if kind == "F":
             if vstage > 0:
                 prog.append((RECV, -1, ("F", mb, c)))

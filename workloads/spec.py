@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from devices.spec import Precision
 from twin.kernel.schema import PositiveFloat, StrictModel
@@ -74,6 +74,30 @@ class ParallelismSpec(StrictModel):
         return self.dp * self.tp * self.pp
 
 
+#: Sharded data parallelism (``workload.sharding.strategy``); see ``workloads.sharding``.
+ShardStrategy = Literal["none", "zero1", "zero2", "zero3", "full_shard", "shard_grad_op",
+                        "hybrid_shard"]
+
+
+class ShardingSpec(StrictModel):
+    """How model states are split over the data-parallel ranks (ZeRO / PyTorch FSDP).
+
+    ``none``: plain data parallelism (DDP, every rank holds everything); ``zero1``: optimizer
+    states sharded; ``zero2``: + gradients; ``zero3`` / ``full_shard``: + parameters (gathered
+    per layer in forward and again in backward); ``shard_grad_op``: gradients and optimizer
+    states sharded, parameters gathered per layer once per iteration and kept until its end;
+    ``hybrid_shard``: ``full_shard`` inside groups of ``group`` data-parallel ranks, gradient
+    shards all-reduced across the groups.
+    """
+
+    strategy: ShardStrategy = "none"
+    group: int | None = Field(default=None, ge=1,
+                              description="hybrid_shard: data-parallel ranks per shard group")
+    prefetch: bool = Field(default=True,
+                           description="issue the next layer's all-gather while the current "
+                                       "layer computes (FSDP forward/backward prefetch)")
+
+
 class WorkloadSpec(StrictModel):
     """What is trained and how."""
 
@@ -99,6 +123,25 @@ class WorkloadSpec(StrictModel):
         default="snake", description="rank -> device policy (topologies.placement)")
     grad_bucket_mb: PositiveFloat = Field(
         default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
+    activation_memory: Literal["korthikanti", "tensors"] = Field(
+        default="korthikanti", description="korthikanti: Korthikanti et al.'s GPT closed forms "
+                                           "for every model; tensors: the tensors each layer "
+                                           "keeps, by architecture (workloads.memory)")
+    sharding: ShardingSpec = ShardingSpec()
+    stage_layers: list[int] | Literal["auto"] | None = Field(
+        default=None, description="transformer layers per pipeline stage (pp entries) or per "
+                                  "virtual stage (pp*virtual_stages entries, model order), or "
+                                  "auto (balanced by compute time); default: an even split")
+
+    @field_validator("stage_layers", mode="before")
+    @classmethod
+    def _stage_layers(cls, value: object) -> object:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, list | tuple) and all(
+                isinstance(n, int) and not isinstance(n, bool) for n in value):
+            return list(value)
+        raise ValueError(f"must be a list of layer counts (integers) or auto, got {value!r}")
 
     @property
     def seq(self) -> int:
