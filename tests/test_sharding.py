@@ -44,7 +44,8 @@ def scen(tmp_path, strategy, microbatches=1, dp=8, group=None, prefetch=True, **
     d = scenario_dict(workload__model=MODEL, workload__seq_len=256,
                       workload__global_batch=dp * microbatches, workload__micro_batch=1,
                       workload__parallelism={"dp": dp, "tp": 1, "pp": 1},
-                      workload__sharding=sharding, network={"dp_algorithm": "ring"}, **extra)
+                      workload__sharding=sharding, workload__activation_memory="korthikanti",
+                      network={"dp_algorithm": "ring"}, **extra)
     d["trace"] = {"path": str(tmp_path / f"{strategy}{microbatches}.h5"),
                   "tables": ["ops", "messages"]}
     return load_scenario(d)
@@ -72,8 +73,9 @@ def buffers(strategy: str, prefetch: bool = True) -> float:
 
 
 def activations(s=256, b=1) -> float:
-    """Korthikanti et al. 2022 without TP: 34 s b h bytes per layer (flash attention: no
-    5as/h), one microbatch in flight, and the fp32 logits 4 s b V."""
+    """Korthikanti et al. 2022 without TP (the scenario asks for ``activation_memory:
+    korthikanti``): 34 s b h bytes per layer (flash attention: no 5as/h), one microbatch in
+    flight, and the fp32 logits 4 s b V."""
     return LAYERS * 34.0 * s * b * H + 4.0 * s * b * VOCAB
 
 

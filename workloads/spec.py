@@ -124,9 +124,10 @@ class WorkloadSpec(StrictModel):
     grad_bucket_mb: PositiveFloat = Field(
         default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
     activation_memory: Literal["korthikanti", "tensors"] = Field(
-        default="korthikanti", description="korthikanti: Korthikanti et al.'s GPT closed forms "
-                                           "for every model; tensors: the tensors each layer "
-                                           "keeps, by architecture (workloads.memory)")
+        default="tensors", description="tensors: the tensors each layer keeps, by architecture "
+                                       "(workloads.memory; Korthikanti et al.'s numbers for "
+                                       "GPT); korthikanti: the paper's GPT closed forms for "
+                                       "every model")
     sharding: ShardingSpec = ShardingSpec()
     stage_layers: list[int] | Literal["auto"] | None = Field(
         default=None, description="transformer layers per pipeline stage (pp entries) or per "
