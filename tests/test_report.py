@@ -1,8 +1,8 @@
 """``twin report``: the critical-path attribution tiles every iteration (checked on several
 scenarios against the summary's iteration times), runs that differ only in how the clock was
 reached agree on their compute time (a cap vs the same clock set directly), fault recovery is
-the lost work plus downtime the job controller reports, and planted bottlenecks are named.
-The slow-data-path planted test comes with the data-loading path (issue 12)."""
+the lost work plus downtime the job controller reports, and planted bottlenecks (a power cap,
+a slow link, a slow data path) are named."""
 
 from __future__ import annotations
 
@@ -106,6 +106,23 @@ def test_slow_link_is_named_interconnect(tmp_path):
     share = rep["time"]["fractions"]["exposed DP communication"]
     assert f"{100 * share:.0f}% of the iteration is exposed communication" in v["text"]
     assert "utilisation" in v["text"]
+
+
+def test_slow_data_path_is_named_data_loading(tmp_path):
+    """Planted: two preprocessing workers at 400 ms per sample cannot keep up with the GPUs;
+    the verdict names the data-loading layer with the share of the iteration spent waiting,
+    and the attributed wait is the `data_wait` ops' own time."""
+    res = _run(tmp_path, "starved", ["data.enabled=true", "data.host=dgx-h100",
+                                     "data.workers=2", "data.preprocess_ms_per_sample=400",
+                                     "workload.iterations=3"])
+    rep = build_report(res.trace_path)
+    v = rep["verdict"]
+    assert v["layer"] == "data loading"
+    share = rep["time"]["fractions"]["data wait"]
+    assert f"{100 * share:.0f}% of the iteration waits for input data" in v["text"]
+    # with symmetry every rank waits alike, so the critical path's share is the device average
+    assert share == pytest.approx(res.summary["data_wait_fraction"], rel=0.01)
+    assert share > 0.5
 
 
 def test_report_cli_html_json_and_run_report(tmp_path, capsys):
