@@ -209,7 +209,7 @@ _TEXTS: dict[str, tuple[str, Any]] | None = None
 
 def library() -> dict[str, tuple[str, Any]]:
     """Library scenarios by stem: (text, parsed)."""
-    global _TEXTS  # noqa: PLW0603  (a read-only cache of the library, test helper only)
+    global _TEXTS
     if _TEXTS is None:
         _TEXTS = _scenario_texts()
     return _TEXTS
@@ -334,7 +334,7 @@ _GOOD: bytes | None = None
 
 def _good_trace() -> bytes:
     """The bytes of a small real trace (written once per process)."""
-    global _GOOD  # noqa: PLW0603  (cache of a test fixture)
+    global _GOOD
     if _GOOD is None:
         from twin.api import load_scenario, run
 
@@ -485,9 +485,9 @@ def _last_line(text: str) -> str:
 
 def _preload() -> None:
     """Import what the CLI imports lazily, so each forked case starts warm."""
-    import twin.api  # noqa: F401
-    import twin.cli  # noqa: F401
-    import twin.limits  # noqa: F401
+    import twin.api
+    import twin.cli
+    import twin.limits
     import twin.runner  # noqa: F401
 
     _good_trace()

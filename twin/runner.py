@@ -19,11 +19,14 @@ from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
 from scenarios.faults import FaultInjector
+from twin.budget import check_power_samples
 from twin.build import Model, build, stage_compute_blocks
 from twin.kernel.engine import Engine
+from twin.kernel.errors import Problem, ScenarioError
 from twin.kernel.records import Recorder
 from twin.kernel.rng import RngStreams
 from twin.kernel.trace import TraceWriter
+from twin.outputs import check_output
 from twin.recording import TraceRecorder, write_power_tables
 from twin.scenario import Scenario
 from twin.summary import summarize
@@ -41,13 +44,15 @@ class RunResult:
     summary: dict[str, Any]
     trace_path: Path | None
     iteration_times_s: tuple[float, ...] = ()
+    notes: tuple[str, ...] = ()  # e.g. stale partial traces of a killed run that were removed
 
 
 def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engine, Fabric,
                                                                           Executor, list]:
     """Run the SimPy model to completion; returns engine, fabric, executor and fault rows."""
     scen = model.scenario
-    env = Engine()
+    lim = scen.simulation.limits
+    env = Engine(max_events=lim.max_events, max_time=lim.max_sim_time_s)
     net = scen.network
     fabric = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
                     model=net.model, packet_bytes=net.packet_kib * 1024,
@@ -79,6 +84,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
     # ends when every iteration is done, or when failures cut the job off for good
     env.run(until=env.any_of([executor.done, injector.stalled]))
     executor.finish(env.now)
+    check_power_samples(scen, env.now)
     return env, fabric, executor, injector.table_rows()
 
 
@@ -97,14 +103,24 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         trace_path: overrides ``scenario.trace.path``.
     """
     wall0 = time.perf_counter()
-    model = build(scenario)
     if not scenario.trace.enabled:
+        model = build(scenario)
         env, fabric, ex, faults = simulate(model, Recorder())
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         return RunResult(summary, None, iteration_times(ex))
-    path = Path(trace_path) if trace_path else scenario.trace_path
+    path = check_output(trace_path or scenario.trace_path,
+                        "-o" if trace_path else "trace.path", "trace", force=True)
     tables = set(scenario.trace.tables)
-    with TraceWriter(path, scenario.trace.compression) as writer:
+    try:
+        writer = TraceWriter(path, scenario.trace.compression)
+    except OSError as exc:
+        raise ScenarioError([Problem("-o" if trace_path else "trace.path", "the trace cannot "
+                                     f"be written ({exc.strerror or exc})", str(path)[:120],
+                                     "a writable file path")]) from None
+    notes = tuple(f"removed stale partial trace {p} (left by a run that was killed)"
+                  for p in writer.stale_removed)
+    with writer:
+        model = build(scenario)
         rec = TraceRecorder(writer, tables)
         env, fabric, ex, faults = simulate(model, rec, rec.message)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
@@ -115,7 +131,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
             "twin_version": __version__, "seed": scenario.seed,
             "scenario": scenario.to_yaml(), "summary": summary, "sources": scenario.sources,
         })
-    return RunResult(summary, out, iteration_times(ex))
+    return RunResult(summary, out, iteration_times(ex), notes)
 
 
 def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: Fabric,

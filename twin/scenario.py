@@ -21,6 +21,7 @@ from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec
 from scenarios.faults import FaultSpec
 from topologies.spec import TopologySpec
+from twin.budget import LimitsSpec
 from twin.catalogs import REFERENCES, resolve
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
@@ -28,6 +29,8 @@ from twin.kernel.schema import (
     PositiveFloat,
     StrictModel,
     field_names,
+    int64_problems,
+    merge_problems,
     problems_from_validation,
     read_yaml,
     require_mapping,
@@ -113,6 +116,8 @@ class SimulationSpec(StrictModel):
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, description="coefficient of variation of compute-op durations "
                                  "(lognormal); > 0 makes runs depend on the seed")
+    limits: LimitsSpec = Field(default=LimitsSpec(), description="resource budget of a run "
+                                                                 "(twin.budget)")
 
 
 class TraceSpec(StrictModel):
@@ -130,7 +135,8 @@ class Scenario(StrictModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1,
+                      description="root of every random stream (numpy SeedSequence)")
     cluster: ClusterSpec
     workload: WorkloadSpec
     network: NetworkSpec = NetworkSpec()
@@ -147,6 +153,17 @@ class Scenario(StrictModel):
     def sources(self) -> dict[str, str]:
         """Where each catalog number came from, by dotted scenario path."""
         return dict(self._sources)
+
+    @property
+    def symmetric(self) -> bool:
+        """Symmetry is used unless disabled, or something random or faulty tells ranks apart
+        (faults that stop or checkpoint the whole job alike do not; a memory contention model
+        draws every block's slowdown at random)."""
+        from scenarios.faults import breaks_symmetry
+
+        sim = self.simulation
+        return (sim.symmetry and sim.compute_jitter_cov == 0
+                and not breaks_symmetry(self.faults) and self.memory.model == "roofline")
 
     @property
     def trace_path(self) -> Path:
@@ -182,6 +199,7 @@ def _known_fields() -> dict[str, list[str]]:
         "workload.parallelism": field_names(ParallelismSpec),
         "network": field_names(NetworkSpec),
         "simulation": field_names(SimulationSpec),
+        "simulation.limits": field_names(LimitsSpec),
         "power": field_names(PowerSpec),
         "memory": field_names(MemorySpec),
         "memory.service": field_names(ServiceSpec),
@@ -200,10 +218,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ScenarioError([Problem("--set", "empty key in override", text)])
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ScenarioError([Problem(key, f"value is not valid YAML: {exc}", raw)]) from None
+    from twin.kernel.reading import load_yaml_text
+
+    value = load_yaml_text(raw, path=f"--set {key[:100]}") if raw.strip() else ""
     return key, value
 
 
@@ -236,7 +253,10 @@ def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]
             raise ScenarioError([Problem(key, "no such list index", last)])
         node[int(last)] = value
     elif isinstance(node, dict):
-        node[last] = value
+        if value is None:  # key=null: back to the key's default (an error if it has none)
+            node.pop(last, None)
+        else:
+            node[last] = value
         for dotted in list(sources):
             if dotted == key or dotted.startswith(key + "."):
                 del sources[dotted]  # the user replaced a catalog value
@@ -273,6 +293,10 @@ def _resolve_refs(raw: dict[str, Any], sources: dict[str, str]) -> list[Problem]
 
 
 def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) -> Scenario:
+    """Validate in stages, each reporting every problem it finds: the file's own values
+    (catalog names, overrides, 64-bit integers and the schema, across all sections at
+    once), then the resource budget (before anything is allocated), then cross-section
+    rules, then memory feasibility."""
     raw = copy.deepcopy(require_mapping(raw, "scenario", "name, seed, cluster, workload, ...",
                                         source))
     sources: dict[str, str] = {}
@@ -284,15 +308,20 @@ def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) 
             _set_path(raw, key, value, sources)
         except ScenarioError as exc:
             problems.extend(exc.problems)
-    if not problems:
-        problems.extend(_resolve_refs(raw, sources))
-    if problems:
-        raise ScenarioError(problems, source=source)
+    problems.extend(_resolve_refs(raw, sources))
+    problems = merge_problems(problems, int64_problems(raw))
     try:
         scen = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(problems_from_validation(exc, known_fields=_known_fields()),
-                            source=source) from None
+        problems = merge_problems(problems, problems_from_validation(
+            exc, known_fields=_known_fields()))
+    if problems:
+        raise ScenarioError(_unique(problems), source=source)
+    from twin.budget import check_budget
+
+    problems = check_budget(scen)
+    if problems:
+        raise ScenarioError(problems, source=source)
     problems = check_consistency(scen)
     if problems:
         raise ScenarioError(problems, source=source)
@@ -303,6 +332,17 @@ def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) 
         raise InfeasibleConfig(problems, source=source)
     scen._sources.update(sources)
     return scen
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """Problems in order, each once."""
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
 
 
 def load_scenario(path: str | Path | dict[str, Any],
