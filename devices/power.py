@@ -33,7 +33,14 @@ from pydantic import Field
 from devices.regulator import VoltageRegulator
 from devices.thermal import ThermalRC
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.kernel.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.schema import (
+    AmbientCelsius,
+    DieCelsius,
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    StrictModel,
+)
 
 WAIT_KINDS = ("tp", "recv", "dp_wait")
 
@@ -74,9 +81,9 @@ class ThermalSpec(StrictModel):
 
     enabled: bool = Field(default=True, description="false: die temperature stays at "
                                                     "initial_c (or the leakage reference)")
-    ambient_c: float = Field(default=25.0, description="inlet air temperature, C (ASHRAE "
+    ambient_c: AmbientCelsius = Field(default=25.0, description="inlet air temperature, C (ASHRAE "
                                                         "recommended range 18-27 C)")
-    initial_c: float | None = Field(
+    initial_c: DieCelsius | None = Field(
         default=None, description="die temperature at t = 0, C (default: idle steady state)")
     throttle: bool = Field(default=True, description="lower the clock above temp_limit_c")
     throttle_interval_s: PositiveFloat = Field(

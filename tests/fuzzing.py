@@ -104,7 +104,8 @@ def _mutate_doc(doc: Any, rng: random.Random) -> Any:
         if not paths:
             break
         path = rng.choice(paths)
-        op = rng.choice(["drop", "unknown", "type", "number", "number", "number", "list"])
+        op = rng.choice(["drop", "unknown", "type", "number", "number", "number", "list",
+                         "scale", "scale", "scale"])
         try:
             if op == "drop":
                 _delete(doc, path)
@@ -118,6 +119,12 @@ def _mutate_doc(doc: Any, rng: random.Random) -> Any:
                 leaf = _get(doc, path)
                 if isinstance(leaf, (int, float)) or rng.random() < 0.3:
                     _set(doc, path, rng.choice(BAD_NUMBERS))
+            elif op == "scale":  # extreme but often valid: x 10^k
+                leaf = _get(doc, path)
+                if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
+                    factor = 10.0 ** rng.randint(-6, 6)
+                    _set(doc, path, type(leaf)(leaf * factor) if isinstance(leaf, float)
+                         else max(int(leaf * factor), rng.choice([0, 1])))
             elif op == "list":
                 _set(doc, path, [rng.choice(BAD_NUMBERS) for _ in range(rng.randint(0, 3))])
         except (KeyError, IndexError, TypeError):
@@ -233,6 +240,9 @@ def make_case(rng: random.Random) -> Case:
     text, doc = lib[stem]
     runnable = _is_scenario(doc) and stem in FAST
     r = rng.random()
+    if r < 0.12 and runnable:  # value mutations of a fast scenario, run for real
+        return Case("mutate-run", {"in.yaml": _dump(_mutate_doc(doc, rng))},
+                    ["run", "in.yaml", "--json"])
     if r < 0.25:
         data = _dump(_mutate_doc(doc, rng))
         return Case("mutate", _with_library({"in.yaml": data}),

@@ -33,10 +33,11 @@ from twin.kernel.schema import StrictModel
 #: A validated ``twin.scenario.Scenario`` (not imported: the scenario module imports this one).
 Scenario = Any
 
-#: estimate: events per (microbatch x layer) of one simulated rank class; measured 16 (pure
-#: DP, quickstart) to ~30 (TP 8 x PP 8, bench_e2e 1024 devices: 93375 events / (32 x 12 x
-#: ~8 classes)), doubled for headroom.
-EVENTS_PER_MICROBATCH_LAYER = 60
+#: estimate: events per (microbatch x layer x iteration) of one simulated rank class;
+#: measured 6-8 for the library scenarios without tensor parallelism (e.g. quickstart: 516
+#: events / (1 class x 2 microbatches x 16 layers x 2 iterations)) and ~30 with TP 8 x PP 8
+#: (bench_e2e, 1024 devices: 93375 events / (8 classes x 32 microbatches x 12 layers)).
+EVENTS_PER_MICROBATCH_LAYER = 30
 #: estimate: events per packet (hops, queueing, delivery); measured ~7 (quickstart with
 #: network.model packet: 988314 events for ~1.4e5 packets of 1 MiB over 1-2 hops).
 EVENTS_PER_PACKET = 10
@@ -54,6 +55,8 @@ BYTES_PER_LINK = 4e3
 BYTES_PER_EVENT = 200.0
 #: estimate: bytes per power-window sample (window edges, energy curve, intermediate arrays).
 BYTES_PER_SAMPLE = 64.0
+#: estimate: bytes per simulated HBM request held at once (arrival, service, order, result).
+BYTES_PER_REQUEST = 40.0
 #: Poisson arrivals: more than this many expected job-stopping failures per attempt of an
 #: iteration means exp(that) attempts, i.e. a job that never finishes.
 MAX_FAILURES_PER_ATTEMPT = 30.0
@@ -66,7 +69,7 @@ class LimitsSpec(StrictModel):
 
     max_devices: int = Field(default=1 << 20, ge=1, le=1 << 40,
                              description="devices of the topology")
-    max_events: int = Field(default=20_000_000, ge=1, le=1 << 50,
+    max_events: int = Field(default=10_000_000, ge=1, le=1 << 50,
                             description="simulated events (estimated up front, enforced at "
                                         "run time)")
     max_memory_gb: float = Field(default=64.0, gt=0, le=1e6, allow_inf_nan=False,
@@ -92,6 +95,8 @@ class Estimate:
     power_samples: float
     sim_time_s: float
     memory_bytes: float
+    hbm_requests: float = 0.0
+    iteration_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers, for messages and the README."""
@@ -124,7 +129,7 @@ def estimate(scen: Scenario) -> Estimate:
     n = topo.num_devices
     links = _links(topo.kind, tuple(topo.shape), n)
     m = max(microbatches(w), 1)
-    classes = min(par.world, 4 * par.pp) if scen.symmetric else par.world
+    classes = min(par.world, par.pp) if scen.symmetric else par.world
     layers_per_stage = max(model.layers // par.pp, 1)
     iters = w.iterations
     work = float(m) * layers_per_stage
@@ -157,40 +162,82 @@ def estimate(scen: Scenario) -> Estimate:
     fault_events, sim_time = _faults(scen, n, links, t_iter, iters)
     events += fault_events
     power_samples = sim_time / scen.power.alerts.window_s
+    hbm = hbm_requests(scen)
     memory = (BASE_BYTES + n * BYTES_PER_DEVICE + links * BYTES_PER_LINK
               + BYTES_PER_EVENT * min(events, float(EVENTS_PER_MICROBATCH_LAYER) * classes
-                                      * work) + BYTES_PER_SAMPLE * power_samples)
+                                      * work) + BYTES_PER_SAMPLE * power_samples
+              + BYTES_PER_REQUEST * hbm)
     return Estimate(n, links, m, classes, events, packets, fault_events, power_samples,
-                    sim_time, memory)
+                    sim_time, memory, hbm, t_iter)
+
+
+def hbm_requests(scen: Scenario) -> float:
+    """Requests of the largest HBM batch the contention model simulates (0 for roofline):
+    ``n`` op requests plus ``max_streams`` DMA streams lasting as long as the op's arrivals,
+    each ``n x dma_load / op_load`` requests (``devices.memory``)."""
+    from devices.memory import dma_rate_bytes_per_s
+
+    mem, dev = scen.memory, scen.cluster.device
+    if mem.model == "roofline":
+        return 0.0
+    peak = dev.hbm_bandwidth_gbps * 1e9
+    dma_load = dma_rate_bytes_per_s(mem, scen.cluster.link, scen.cluster.links_per_edge) / peak
+    op_load = mem.op.load if mem.op.load is not None else dev.memory_efficiency
+    n = float(mem.requests_per_batch)
+    return n * (1.0 + mem.max_streams * dma_load / op_load)
 
 
 def _faults(scen: Scenario, n: int, links: int, t_iter: float,
             iters: int) -> tuple[float, float]:
-    """Events of failure processes and the simulated-time lower bound with failures."""
-    stop_rate = 0.0  # job-stopping failures per second (accelerator failures restart the job)
+    """Events of failure processes and the simulated-time lower bound with failures
+    (infinite when job-stopping failures come too fast for any iteration to finish)."""
     rates: list[float] = []
     for f in scen.faults:
         ttf = getattr(f, "ttf", None)
         if ttf is None:
             continue
-        mean = float(ttf.mean)
         ttr = getattr(f, "ttr", None)
-        cycle = mean + (float(ttr.mean) if ttr is not None else 0.0)
+        cycle = float(ttf.mean) + (float(ttr.mean) if ttr is not None else 0.0)
         targets = links // 2 if f.kind == "link_failure" else n
-        rate = targets / cycle if cycle > 0 else math.inf
-        rates.append(rate)
-        if f.kind == "accelerator_failure":
-            stop_rate += targets / mean if mean > 0 else math.inf
-    job = scen.job
-    attempt = t_iter + job.restart_s
-    expected = stop_rate * attempt
-    if expected > MAX_FAILURES_PER_ATTEMPT:
-        attempts = math.inf
-    else:
-        attempts = math.exp(expected)
+        rates.append(targets / cycle if cycle > 0 else math.inf)
+    expected = (_stop_rate(scen, n) * (t_iter + scen.job.restart_s)
+                + _cut_rate(scen) * _transfer_s(scen))
+    attempts = math.inf if expected > MAX_FAILURES_PER_ATTEMPT else math.exp(expected)
     sim_time = iters * t_iter * attempts
     fault_events = sum(2 * r * sim_time for r in rates) if rates else 0.0
     return fault_events, sim_time
+
+
+def _cut_rate(scen: Scenario) -> float:
+    """Failures per second of one link (or NIC) under the fastest link / NIC failure
+    process: a transfer on it is cut and resent each time (``devices.fabric``)."""
+    rate = 0.0
+    for f in scen.faults:
+        ttf = getattr(f, "ttf", None)
+        if f.kind in ("link_failure", "nic_failure") and ttf is not None:
+            mean = float(ttf.mean)
+            rate = max(rate, 1.0 / mean if mean > 0 else math.inf)
+    return rate
+
+
+def _transfer_s(scen: Scenario) -> float:
+    """Shortest time one gradient bucket takes over one link, s (a transfer can finish only
+    if its link stays up that long)."""
+    link = scen.cluster.link
+    bucket = scen.workload.grad_bucket_mb * 1e6
+    return ((link.latency_us + link.overhead_us) * 1e-6
+            + bucket / (link.bytes_per_s * scen.cluster.links_per_edge))
+
+
+def _stop_rate(scen: Scenario, n: int) -> float:
+    """Job-stopping failures per second (accelerator failures restart the whole job)."""
+    rate = 0.0
+    for f in scen.faults:
+        ttf = getattr(f, "ttf", None)
+        if f.kind == "accelerator_failure" and ttf is not None:
+            mean = float(ttf.mean)
+            rate += n / mean if mean > 0 else math.inf
+    return rate
 
 
 def _fmt(x: float) -> str:
@@ -204,6 +251,8 @@ def check_budget(scen: Scenario) -> list[Problem]:
     lim = scen.simulation.limits
     e = estimate(scen)
     out: list[Problem] = []
+    if math.isinf(e.sim_time_s):
+        return [_never_finishes(scen, e)]
     if e.devices > lim.max_devices:
         out.append(Problem("cluster.topology.shape", f"{e.devices} devices exceed "
                            f"simulation.limits.max_devices = {lim.max_devices}",
@@ -212,9 +261,11 @@ def check_budget(scen: Scenario) -> list[Problem]:
     if e.memory_bytes > lim.max_memory_gb * 1e9:
         out.append(Problem("simulation.limits.max_memory_gb", f"the run would need about "
                            f"{_fmt(e.memory_bytes / 1e9)} GB ({e.devices} devices, {e.links} "
-                           f"links, {_fmt(e.power_samples)} power-window samples), more "
+                           f"links, {_fmt(e.power_samples)} power-window samples, "
+                           f"{_fmt(e.hbm_requests)} HBM requests per batch), more "
                            f"than the limit of {lim.max_memory_gb:g} GB", None,
-                           "fewer devices or a coarser power.alerts.window_s, or raise "
+                           "fewer devices, a coarser power.alerts.window_s, a smaller "
+                           "memory.dma.rate_gbps or memory.requests_per_batch, or raise "
                            "simulation.limits.max_memory_gb"))
     if e.events > lim.max_events:
         why = _why_events(scen, e)
@@ -242,6 +293,36 @@ def check_budget(scen: Scenario) -> list[Problem]:
                            f"{lim.max_power_samples}", scen.power.alerts.window_s,
                            "a longer window, or raise simulation.limits.max_power_samples"))
     return out
+
+
+def _never_finishes(scen: Scenario, e: Estimate) -> Problem:
+    """The problem of a scenario whose failures come too fast for any progress, naming the
+    failure process that contributes most expected failures per attempt."""
+    best, worst = None, -1.0
+    for i, f in enumerate(scen.faults):
+        ttf = getattr(f, "ttf", None)
+        if ttf is None:
+            continue
+        mean = float(ttf.mean)
+        rate = 1.0 / mean if mean > 0 else math.inf
+        if f.kind == "accelerator_failure":
+            x = e.devices * rate * (e.iteration_s + scen.job.restart_s)
+            why = (f"accelerator failures arrive every {mean / e.devices:.3g} s on average "
+                   f"over the {e.devices} devices, far more often than the job can restart "
+                   f"(job.restart_s = {scen.job.restart_s:g} s) and finish an iteration "
+                   f"(at least {e.iteration_s:.3g} s)")
+        elif f.kind in ("link_failure", "nic_failure"):
+            x = rate * _transfer_s(scen)
+            why = (f"each link fails every {mean:.3g} s on average, far more often than one "
+                   f"gradient bucket crosses it ({_transfer_s(scen):.3g} s): transfers would "
+                   "be cut and resent forever")
+        else:
+            continue
+        if x > worst:
+            best, worst = Problem(f"faults.{i}.ttf", f"{why}; the run would never finish",
+                                  None, "a longer mean time to failure (mean_s, or a "
+                                  "smaller acceleration)"), x
+    return best or Problem("faults", "failures come too fast for the job to finish")
 
 
 def _why_events(scen: Scenario, e: Estimate) -> str:

@@ -188,7 +188,7 @@ def check_file(path: str, overrides: list[str]) -> str:
     if kind == "scenario":
         from twin.api import load_scenario
 
-        scen = load_scenario(raw if isinstance(raw, dict) else path, overrides)
+        scen = load_scenario(path, overrides)
         return f"scenario {scen.name}"
     if overrides:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "

@@ -50,14 +50,15 @@ class ClusterSpec(StrictModel):
     device: DeviceSpec
     link: LinkSpec = Field(description="device link: grid / ring edges, dragonfly links inside "
                                        "a group, GPU-NVSwitch links of a switched node")
-    links_per_edge: int = Field(default=1, ge=1, description="physical links per graph edge")
+    links_per_edge: int = Field(default=1, ge=1, le=1024,
+                                description="physical links per graph edge")
     nic_link: LinkSpec | None = Field(
         default=None, description="switched (required): InfiniBand link of the fat-tree "
                                   "(NIC-leaf and leaf-spine, one port per edge)")
     global_link: LinkSpec | None = Field(
         default=None, description="dragonfly2d: link between groups (default: link)")
     global_links_per_edge: int | None = Field(
-        default=None, ge=1, description="dragonfly2d: links per global edge "
+        default=None, ge=1, le=1024, description="dragonfly2d: links per global edge "
                                         "(default: links_per_edge)")
 
     def link_fields(self) -> dict[str, LinkSpec]:

@@ -150,20 +150,27 @@ def load_yaml_text(text: str, source: str = "", path: str = "") -> Any:
     Raises:
         ScenarioError: malformed YAML or a bound exceeded, with line and column.
     """
-    loader = BoundedLoader(text)
+    loader = None
     try:
+        loader = BoundedLoader(text)
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or type(exc).__name__
+        reason = getattr(exc, "problem", None)
+        if isinstance(exc, yaml.reader.ReaderError):
+            line = text[: exc.position].count("\n") + 1
+            where = f" at line {line}"
+            reason = f"character #x{exc.character:04x} is not allowed in YAML"
+        reason = reason or type(exc).__name__
         raise ScenarioError([Problem(path, f"malformed YAML{where}: {reason}")],
                             source=source or None) from None
     except RecursionError:  # pragma: no cover (nesting is bounded above)
         raise ScenarioError([Problem(path, "malformed YAML: nested too deeply")],
                             source=source or None) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_input(path: str | Path, what: str = "scenario") -> str:

@@ -16,6 +16,18 @@ from twin.kernel.errors import Problem, ScenarioError
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+#: Lowest temperature there is, C.
+ABSOLUTE_ZERO_C = -273.15
+#: Hottest die temperature a scenario may give, C (silicon junctions are rated to ~150-175 C;
+#: the margin lets a cooling failure overshoot without reaching nonsense).
+MAX_DIE_C = 250.0
+#: Hottest inlet air a scenario may give, C (industrial electronics are rated to 85 C).
+MAX_AMBIENT_C = 100.0
+#: A die temperature, C: at or above absolute zero, at most :data:`MAX_DIE_C`.
+DieCelsius = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, le=MAX_DIE_C, allow_inf_nan=False)]
+#: An inlet-air temperature, C: at or above absolute zero, at most :data:`MAX_AMBIENT_C`.
+AmbientCelsius = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, le=MAX_AMBIENT_C,
+                                        allow_inf_nan=False)]
 
 
 INT64_MAX = 2**63 - 1
