@@ -26,6 +26,7 @@ import os
 import random
 import resource
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -149,7 +150,7 @@ TARGETED: list[tuple[str, Any]] = [
     ("cluster.link.latency_us", 1e300), ("simulation.compute_jitter_cov", 1e6),
     ("network.retransmit_timeout_s", 1e-300), ("workload.grad_bucket_mb", 1e-300),
     ("name", "n" * 400), ("trace.path", "../../outside.h5"), ("trace.path", "/proc/x.h5"),
-    ("trace.path", "/dev/null"), ("trace.path", "a/" * 3000 + "x.h5"),
+    ("trace.path", "devnode"), ("trace.path", "a/" * 3000 + "x.h5"),
     ("trace.path", "."), ("workload.virtual_stages", 10**6),
     ("job.restart_s", 1e-300), ("job.checkpoint_interval_iterations", 0),
 ]
@@ -305,9 +306,9 @@ def _one_device(rng: random.Random, doc: Any) -> Case:
 
 
 def _output_case(rng: random.Random, doc: Any) -> Case:
-    target = rng.choice(["outdir", "/proc/meshtwin.h5", "/dev/null", "ro/x.h5",
+    target = rng.choice(["outdir", "/proc/meshtwin.h5", "devnode", "ro/x.h5",
                          "n" * 300 + ".h5", "../escape.h5", "notes.txt", "", "ro"])
-    setup = ["mkdir:outdir", "readonly:ro"]
+    setup = ["mkdir:outdir", "readonly:ro", "devnode:devnode"]
     files = {"in.yaml": _dump(doc), "notes.txt": b"my precious notes\n"}
     argv = ["run", "in.yaml", "-o", target]
     if rng.random() < 0.3:
@@ -450,6 +451,12 @@ def run_case(case: Case, timeout_s: float = 20.0) -> Outcome:
             (work / rel).write_bytes(data)
         for step in case.setup:
             what, _, name = step.partition(":")
+            if what == "devnode":  # a private character device (never the real /dev/null)
+                try:
+                    os.mknod(work / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+                except OSError:
+                    (work / name).mkdir()
+                continue
             (work / name).mkdir(exist_ok=True)
             if what == "readonly":
                 (work / name).chmod(0o555)
@@ -475,7 +482,8 @@ def run_case(case: Case, timeout_s: float = 20.0) -> Outcome:
         text = log.read_text(encoding="utf-8", errors="replace")
         (work.parent.parent / "work" / "here").chmod(0o755)
         for step in case.setup:
-            (work / step.partition(":")[2]).chmod(0o755)
+            if not step.startswith("devnode"):
+                (work / step.partition(":")[2]).chmod(0o755)
     if status is None:
         return Outcome("hang", None, seconds, text)
     if os.WIFSIGNALED(status):
