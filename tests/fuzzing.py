@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = sorted(p for p in (ROOT / "scenarios").glob("*.yaml"))
 #: Library files that are single scenarios (not campaign / sweep files), and that run fast.
 FAST = ("quickstart", "ring", "switched", "torus3d", "dragonfly2d", "fault_link", "hbm_frfcfs",
-        "fault_cooling", "power_stage_plan", "heat_soak", "fault_straggler")
+        "power_stage_plan", "fault_straggler", "fault_accelerator", "fault_mesh_edge")
 
 MEMORY_LIMIT_BYTES = 8 << 30
 

@@ -84,7 +84,7 @@ def test_non_utf8_and_binary_files(tmp_path, capsys):
 def test_input_paths_that_are_not_files(tmp_path, capsys):
     for path in ("n" * 300 + ".yaml", str(tmp_path), "/dev/null", "missing.yaml"):
         code, _, err = _cli(capsys, "check", path)
-        assert code == 2 and "scenario" in err.lower() or "input" in err.lower()
+        assert code == 2 and "file" in err, path
 
 
 def test_base_outside_file_is_not_echoed(tmp_path, capsys):
@@ -231,7 +231,7 @@ def test_set_null_restores_the_default(tmp_path, capsys):
     path = _write(tmp_path, _doc(power__cap_w=500.0))
     for key in ("power.cap_w", "simulation.symmetry", "workload.seq_len", "trace.path",
                 "network", "cluster.links_per_edge"):
-        code, out, err = _cli(capsys, "check", path, "--set", f"{key}=null")
+        code, _, err = _cli(capsys, "check", path, "--set", f"{key}=null")
         assert code == 0, (key, err)
     code, _, err = _cli(capsys, "check", path, "--set", "name=null")
     assert code == 2 and "name: required key is missing" in err
