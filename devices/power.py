@@ -121,8 +121,9 @@ class AlertSpec(StrictModel):
     power_fraction: Fraction = Field(
         default=0.85, description="alert when the windowed power exceeds this fraction of "
                                   "design_power_w")
-    window_s: PositiveFloat = Field(default=1.0,
-                                    description="averaging window of power telemetry, s")
+    window_s: float = Field(default=1.0, ge=1e-6, allow_inf_nan=False,
+                            description="averaging window of power telemetry, s (>= 1 us: "
+                                        "finer than any power sensor)")
     mfu_threshold: Fraction = Field(default=0.30,
                                     description="alert when MFU stays below this")
     mfu_iterations: int = Field(default=1, ge=1,

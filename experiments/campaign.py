@@ -372,7 +372,9 @@ def tables(campaign: Campaign, records: dict[str, dict]):
         row = {"run_id": r.run_id, "point": r.point, "variant": r.variant, "seed": r.seed}
         for k in keys:
             row[k] = r.params[k]
-        row.update({k: rec["summary"].get(k) for k in SUMMARY_COLUMNS})
+        # null in a record is an undefined number (twin.summary.finite_summary): NaN here
+        row.update({k: math.nan if (v := rec["summary"].get(k)) is None else v
+                    for k in SUMMARY_COLUMNS})
         rows.append(row)
         for i, t in enumerate(rec["iteration_times_s"]):
             its.append((r.run_id, r.point, r.variant, r.seed, i, t))

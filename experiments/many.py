@@ -149,6 +149,7 @@ class ManyRunsCommand:
     def run(self, args: argparse.Namespace) -> int:
         """Load the input, compute on the client the arguments ask for, report."""
         job = self.load(args)
+        check_output_dir(args.output)
         with client_from_args(args) as client:
             result = self.compute(job, args, client)
         return self.report(job, result, args)
@@ -164,6 +165,19 @@ class ManyRunsCommand:
     def report(self, job: Any, result: Any, args: argparse.Namespace) -> int:
         """Write and print the results; return the exit code."""
         raise NotImplementedError
+
+
+def check_output_dir(path: str) -> Path:
+    """An output directory that exists or can be made and takes new files (ScenarioError
+    naming ``-o`` otherwise), checked before any run starts."""
+    from twin.outputs import check_output
+
+    p = Path(path)
+    check_output(p / "probe.tmp", "-o", "table")  # sane names; a file can be made inside
+    if p.exists() and not p.is_dir():
+        raise ScenarioError([Problem("-o", "is a file, not a directory", str(p)[:120],
+                                     "a directory (created if absent)")])
+    return p
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:

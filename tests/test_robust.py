@@ -417,3 +417,30 @@ def test_cli_json_is_strict():
 
     text = to_json({"a": math.nan, "b": [math.inf, 1.0], "c": {"d": -math.inf}})
     assert _strict(text) == {"a": None, "b": [None, 1.0], "c": {"d": None}}
+
+
+@pytest.mark.slow
+def test_sigkill_at_any_moment_leaves_no_partial_trace(tmp_path):
+    """Kill ``twin run`` at 12 moments from start-up to the end: the trace path holds either
+    nothing or a complete, checksum-valid trace, and the next run leaves no partial file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from twin.kernel.trace import open_trace
+
+    out = tmp_path / "k.h5"
+    cmd = [sys.executable, "-m", "twin.cli", "run", str(QUICK), "-o", str(out), "--set",
+           "workload.iterations=4"]
+    for delay in [0.25 * i for i in range(1, 13)]:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if out.exists():
+            assert open_trace(out, verify=True)["complete"]
+            out.unlink()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert open_trace(out, verify=True)["complete"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.h5"], done.stderr

@@ -286,6 +286,10 @@ class ValidateCommand(Command):
     def run(self, args):
         from twin.validate import format_report, run_checks
 
+        if args.csv:
+            from twin.outputs import check_output
+
+            check_output(args.csv, "--csv", "table")
         df = run_checks(args.only)
         print(format_report(df))
         if args.csv:
