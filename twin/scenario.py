@@ -134,7 +134,7 @@ class TraceSpec(StrictModel):
 class Scenario(StrictModel):
     """A whole scenario: the input of one run."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", max_length=200)
     description: str = ""
     seed: int = Field(default=0, ge=0, le=2**63 - 1,
                       description="root of every random stream (numpy SeedSequence)")

@@ -171,12 +171,23 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
         etype = err["type"]
         raw_loc = list(err["loc"])
         is_key = bool(raw_loc) and raw_loc[-1] == "[key]"
-        loc = [str(p) for p in raw_loc if p != "[key]" and not _is_tag(p)]
-        if etype == "extra_forbidden" and raw_loc and _is_tag(raw_loc[-1]):
-            loc.append(str(raw_loc[-1]))  # the user's unknown key looked like a tag
+        tag_at = next((i for i, p in enumerate(raw_loc) if _is_tag(p)), None)
+        if etype == "extra_forbidden" and tag_at == len(raw_loc) - 1:
+            tag_at = None  # the user's unknown key only looks like a tag
+        last = len(raw_loc) - 1
+        loc = [str(p) for i, p in enumerate(raw_loc)  # union tags dropped, user keys kept
+               if p != "[key]" and (not _is_tag(p) or (tag_at is None and i == last))]
         path = ".".join([prefix, *loc] if prefix else loc)
         value = err.get("input")
         wants = _wants(err)
+        own_path = path
+        if tag_at is not None and etype not in ("extra_forbidden", "missing"):
+            # an alternative of a union: reported once, at the union's own path
+            base = [str(p) for p in raw_loc[:tag_at] if p != "[key]"]
+            union_path = ".".join([prefix, *base] if prefix else base)
+            if path != union_path and wants:
+                wants = f"{wants} at {path[len(union_path) + 1:]}"
+            path = union_path
         if etype == "extra_forbidden":
             parent = path.rsplit(".", 1)[0] if "." in path else ""
             entries[path] = ["unknown key", None, [", ".join((known_fields or {}).get(parent,
@@ -184,11 +195,15 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
         elif etype == "missing":
             entries.setdefault(path, ["required key is missing", None, []])
         elif path in entries:  # another alternative of a union
+            if entries[path][1] is None and own_path == path:
+                entries[path][1] = value
             if wants and wants not in entries[path][2]:
                 entries[path][2].append(wants)
                 entries[path][0] = "wrong value"
         else:
             msg = f"key {value!r} not allowed" if is_key else _message(etype, err["msg"])
+            if own_path != path:
+                value = None  # an item's value; the union's own comes with its next error
             entries[path] = [msg, value, [wants] if wants else []]
     out = []
     for path, (msg, value, wants) in entries.items():
