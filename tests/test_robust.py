@@ -115,6 +115,28 @@ def test_field_domains(tmp_path, capsys, updates, path):
     assert code == 2 and path in err
 
 
+def test_cooling_failure_cannot_heat_inlet_air_past_its_range(tmp_path, capsys):
+    doc = _doc(power__thermal__ambient_c=30.0)
+    doc["faults"] = [{"kind": "cooling_failure", "devices": [0], "time_s": 0.0, "rise_k": 90.0}]
+    code, _, err = _cli(capsys, "check", _write(tmp_path, doc))
+    assert code == 2 and "faults.0.rise_k: inlet air would reach 120 C" in err
+
+
+def test_a_diverging_simulation_exits_2(tmp_path, capsys, monkeypatch):
+    from twin.kernel.engine import Engine
+
+    step = Engine.step
+
+    def overflowing(self):  # as math.exp does in a thermal runaway
+        if self.events_processed > 50:
+            raise OverflowError("math range error")
+        step(self)
+
+    monkeypatch.setattr(Engine, "step", overflowing)
+    code, _, err = _cli(capsys, "run", _write(tmp_path, _doc(workload__iterations=1)))
+    assert code == 2 and "diverged" in err and not list(tmp_path.glob("q.h5*"))
+
+
 def test_three_mistakes_in_three_sections_in_one_pass(tmp_path, capsys):
     doc = _doc(seed="x", cluster__links_per_edge=0, power__thermal__ambient_c=float("nan"))
     doc["workload"]["precision"] = "bf17"

@@ -22,7 +22,7 @@ from scenarios.faults import FaultInjector
 from twin.budget import check_power_samples
 from twin.build import Model, build, stage_compute_blocks
 from twin.kernel.engine import Engine
-from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.records import Recorder
 from twin.kernel.rng import RngStreams
 from twin.kernel.trace import TraceWriter
@@ -82,7 +82,17 @@ def simulate(model: Model, recorder: Recorder, message_sink=None) -> tuple[Engin
         executor.before_block = injector.before_block
     injector.start()
     # ends when every iteration is done, or when failures cut the job off for good
-    env.run(until=env.any_of([executor.done, injector.stalled]))
+    try:
+        env.run(until=env.any_of([executor.done, injector.stalled]))
+    except (OverflowError, FloatingPointError) as exc:
+        th = scen.power.thermal
+        raise InfeasibleConfig([Problem(
+            "power.thermal", f"the simulation diverged at t = {env.now:.6g} s ({exc}): a "
+            f"quantity grew beyond floating-point range, e.g. a thermal runaway (leakage "
+            f"rising with die temperature) with inlet air at {th.ambient_c:g} C plus cooling "
+            f"failures and throttle {'on' if th.throttle else 'off'}", None,
+            "cooler inlet air, smaller cooling_failure rise_k, or power.thermal.throttle: "
+            "true")]) from None
     executor.finish(env.now)
     check_power_samples(scen, env.now)
     return env, fabric, executor, injector.table_rows()

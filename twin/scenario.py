@@ -390,6 +390,7 @@ def check_consistency(scen: Scenario) -> list[Problem]:
     from devices.power import check_power
 
     problems.extend(check_power(scen.power, dev, par.pp))
+    problems.extend(_check_inlet(scen))
     problems.extend(scen.memory.problems(dev))
     topo_problems = _check_topology(scen)
     problems.extend(topo_problems)
@@ -398,6 +399,18 @@ def check_consistency(scen: Scenario) -> list[Problem]:
         if par.world == topo.num_devices:
             problems.extend(_check_algorithms(scen))
     return problems
+
+
+def _check_inlet(scen: Scenario) -> list[Problem]:
+    """Inlet air during a cooling failure (ambient + rise) stays a physical inlet temperature."""
+    from twin.kernel.schema import MAX_AMBIENT_C
+
+    ambient = scen.power.thermal.ambient_c
+    return [Problem(f"faults.{i}.rise_k", f"inlet air would reach {ambient + f.rise_k:g} C "
+                    f"(power.thermal.ambient_c {ambient:g} + rise_k), above {MAX_AMBIENT_C:g} C",
+                    f.rise_k, f"at most {MAX_AMBIENT_C - ambient:g}")
+            for i, f in enumerate(scen.faults)
+            if getattr(f, "kind", "") == "cooling_failure" and ambient + f.rise_k > MAX_AMBIENT_C]
 
 
 def _build_graph(scen: Scenario):

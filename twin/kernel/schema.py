@@ -141,6 +141,10 @@ def _message(etype: str, msg: str) -> str:
         return msg
     if etype == "finite_number":
         return "not a finite number"
+    if etype in ("too_long", "string_too_long"):
+        return "too long"
+    if etype in ("too_short", "string_too_short"):
+        return "too short"
     if etype in _RANGE_TYPES:
         return "out of range"
     if etype in ("literal_error", "union_tag_invalid", "enum"):
