@@ -140,10 +140,11 @@ def test_a_diverging_simulation_exits_2(tmp_path, capsys, monkeypatch):
 def test_three_mistakes_in_three_sections_in_one_pass(tmp_path, capsys):
     doc = _doc(seed="x", cluster__links_per_edge=0, power__thermal__ambient_c=float("nan"))
     doc["workload"]["precision"] = "bf17"
+    doc["workload"]["model"] = "llama9"  # a catalog name does not stop the others
     code, _, err = _cli(capsys, "check", _write(tmp_path, doc))
-    assert code == 2 and "4 problem(s)" in err
+    assert code == 2 and "5 problem(s)" in err
     for path in ("seed", "cluster.links_per_edge", "power.thermal.ambient_c",
-                 "workload.precision"):
+                 "workload.precision", "workload.model"):
         assert f"- {path}:" in err
 
 
