@@ -264,7 +264,7 @@ def make_case(rng: random.Random) -> Case:
         node[parts[-1]] = value
         if key == "cluster.topology.shape" and rng.random() < 0.5:
             doc["workload"]["parallelism"] = {"dp": 1, "tp": 1, "pp": 1}
-        return Case("targeted", {"in.yaml": _dump(doc)},
+        return Case(f"targeted {stem} {key}={str(value)[:40]}", {"in.yaml": _dump(doc)},
                     [rng.choice(["check", "run", "run"]), "in.yaml"])
     if r < 0.72 and runnable:
         doc = copy.deepcopy(doc)
@@ -531,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         tally[out.verdict] += 1
         if out.seconds > slowest[0]:
             slowest = (out.seconds, case.describe())
+        if out.seconds > args.timeout / 2 and out.verdict == "ok":
+            print(f"[{i}] slow ({out.seconds:.1f} s) {case.describe()}", flush=True)
         if out.verdict != "ok":
             causes[f"{out.verdict}: {_last_line(out.stderr)}"] += 1
             print(f"[{i}] {out.verdict} ({out.seconds:.1f} s) {case.describe()}\n    "
