@@ -98,10 +98,6 @@ class Estimate:
     hbm_requests: float = 0.0
     iteration_s: float = 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain numbers, for messages and the README."""
-        return dict(self.__dict__)
-
 
 def _links(kind: str, shape: tuple[int, ...], n: int) -> int:
     """Directed links of a topology kind and shape (graph edges x 2; ``topologies.graph``)."""
@@ -114,9 +110,7 @@ def _links(kind: str, shape: tuple[int, ...], n: int) -> int:
     if kind == "dragonfly2d":
         a, g = shape
         return g * a * (a - 1) + g * (g - 1)
-    if kind == "switched":  # GPU-NVSwitch, NIC-leaf, leaf-spine (one port per edge)
-        return 8 * n
-    return 8 * n
+    return 8 * n  # switched: GPU-NVSwitch, NIC-leaf and leaf-spine ports, generously
 
 
 def estimate(scen: Scenario) -> Estimate:
