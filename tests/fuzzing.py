@@ -469,10 +469,11 @@ def run_case(case: Case, timeout_s: float = 20.0) -> Outcome:
         if pid == 0:  # pragma: no cover (child)
             _child(case, work, fd)
         os.close(fd)
-        status = None
+        status = None  # stays None when the child is killed at the time limit
         while time.perf_counter() - t0 < timeout_s:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, wstatus = os.waitpid(pid, os.WNOHANG)
             if done:
+                status = wstatus
                 break
             time.sleep(0.005)
         else:

@@ -138,17 +138,12 @@ def estimate(scen: Scenario) -> Estimate:
     t_kernels = KERNELS_PER_MICROBATCH_LAYER * work * dev.kernel_overhead_us * 1e-6
     t_iter = max(t_flops, t_kernels)
 
+    per_rank = _bytes_per_rank(scen, tc, m, layers_per_stage)
+    link = scen.cluster.link
+    t_comm = per_rank / (link.bytes_per_s * scen.cluster.links_per_edge)
+    t_iter = max(t_iter, t_comm)  # the bytes must cross the rank's link at least once
     packets = 0.0
     if scen.network.model == "packet":
-        act = float(w.micro_batch) * w.seq * model.hidden * tc.e
-        per_rank = 0.0
-        if par.tp > 1:
-            per_rank += 4 * act * 2 * (par.tp - 1) / par.tp * m * layers_per_stage
-        if par.pp > 1:
-            per_rank += 2 * act * m
-        if par.dp > 1:
-            params = tc.layer_params() * layers_per_stage / par.tp
-            per_rank += 2 * params * 2 * (par.dp - 1) / par.dp
         # every rank's transfers cross the fabric, symmetric or not
         packets = per_rank * par.world * iters / (scen.network.packet_kib * 1024.0)
         events += EVENTS_PER_PACKET * packets
@@ -163,6 +158,24 @@ def estimate(scen: Scenario) -> Estimate:
               + BYTES_PER_REQUEST * hbm)
     return Estimate(n, links, m, classes, events, packets, fault_events, power_samples,
                     sim_time, memory, hbm, t_iter)
+
+
+def _bytes_per_rank(scen: Scenario, tc: Any, m: int, layers_per_stage: int) -> float:
+    """Bytes one rank sends per iteration: tensor-parallel all-reduces (4 per layer and
+    microbatch), pipeline activations and gradients (2 per microbatch), data-parallel ring
+    all-reduce of its gradients (2 (dp-1)/dp of them), bytes."""
+    w = scen.workload
+    par = w.parallelism
+    act = float(w.micro_batch) * w.seq * w.model.hidden * tc.e
+    out = 0.0
+    if par.tp > 1:
+        out += 4 * act * 2 * (par.tp - 1) / par.tp * m * layers_per_stage
+    if par.pp > 1:
+        out += 2 * act * m
+    if par.dp > 1:
+        params = tc.layer_params() * layers_per_stage / par.tp
+        out += 2 * params * 2 * (par.dp - 1) / par.dp
+    return out
 
 
 def hbm_requests(scen: Scenario) -> float:
@@ -276,10 +289,10 @@ def check_budget(scen: Scenario) -> list[Problem]:
                                " (failures arrive faster than the job can restart and "
                                "finish an iteration: it would never finish)"
                                if math.isinf(e.sim_time_s) else ""), None,
-                           "fewer iterations, smaller kernel overheads, slower failure "
-                           "processes (ttf) or a shorter job.restart_s, or raise "
+                           "faster links, fewer iterations, smaller kernel overheads, slower "
+                           "failure processes (ttf) or a shorter job.restart_s, or raise "
                            "simulation.limits.max_sim_time_s"))
-    if e.power_samples > lim.max_power_samples and not math.isinf(e.sim_time_s):
+    elif e.power_samples > lim.max_power_samples:
         out.append(Problem("power.alerts.window_s", f"a simulated time of at least "
                            f"{_fmt(e.sim_time_s)} s in windows of "
                            f"{scen.power.alerts.window_s:g} s is {_fmt(e.power_samples)} "

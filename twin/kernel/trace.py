@@ -265,6 +265,66 @@ def open_trace(path: str | Path, need: Sequence[str] = (), verify: bool = False)
         raise TraceError(f"{p}: cannot be read ({exc.strerror})") from None
     if head != HDF5_SIGNATURE:
         raise TraceError(f"{p}: not a meshtwin trace (not an HDF5 file)")
+    _in_child(p, need, verify)  # a corrupted file can make HDF5 itself loop: bounded
+    try:
+        with h5py.File(p, "r") as f:
+            return _decoded_attrs(f, p)
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise TraceError(f"{p}: trace is corrupted or truncated ({_short(exc)})") from None
+
+
+#: Time allowed for checking a trace, s (plus 1 s per 20 MB of file).
+CHECK_TIMEOUT_S = 5.0
+
+
+def _in_child(p: Path, need: Sequence[str], verify: bool) -> None:
+    """Run :func:`_validate` in a forked child with a time limit: the HDF5 library can loop
+    forever on some corrupted files, which no Python-level timeout can interrupt. Raises the
+    child's TraceError, or one saying the check did not finish. Without ``os.fork``, runs
+    :func:`_validate` in this process."""
+    if not hasattr(os, "fork"):
+        _validate(p, need, verify)
+        return
+    import signal
+    import time
+
+    limit = CHECK_TIMEOUT_S + p.stat().st_size / 20e6
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (child)
+        os.close(r)
+        code, msg = 0, b""
+        try:
+            _validate(p, need, verify)
+        except TraceError as exc:
+            code, msg = 1, str(exc).encode()
+        except BaseException as exc:  # anything else: report, never a traceback
+            code, msg = 1, f"{p}: trace is corrupted ({_short(exc)})".encode()
+        os.write(w, msg[:4000])
+        os._exit(code)
+    os.close(w)
+    t0 = time.monotonic()
+    status = None
+    while time.monotonic() - t0 < limit:
+        done, wstatus = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = wstatus
+            break
+        time.sleep(0.005)
+    if status is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        raise TraceError(f"{p}: trace is corrupted: reading it did not finish within "
+                         f"{limit:.0f} s")
+    with os.fdopen(r, "rb") as fh:
+        msg = fh.read().decode("utf-8", errors="replace")
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        raise TraceError(msg or f"{p}: trace is corrupted (its check crashed)")
+
+
+def _validate(p: Path, need: Sequence[str], verify: bool) -> dict[str, Any]:
+    """The checks of :func:`open_trace` (in this process)."""
     try:
         with h5py.File(p, "r") as f:
             attrs = _decoded_attrs(f, p)
