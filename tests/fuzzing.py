@@ -25,7 +25,6 @@ import copy
 import os
 import random
 import resource
-import signal
 import stat
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from twin.kernel.trace import wait_child
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = sorted(p for p in (ROOT / "scenarios").glob("*.yaml"))
@@ -469,16 +470,7 @@ def run_case(case: Case, timeout_s: float = 20.0) -> Outcome:
         if pid == 0:  # pragma: no cover (child)
             _child(case, work, fd)
         os.close(fd)
-        status = None  # stays None when the child is killed at the time limit
-        while time.perf_counter() - t0 < timeout_s:
-            done, wstatus = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = wstatus
-                break
-            time.sleep(0.005)
-        else:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        status = wait_child(pid, timeout_s)  # None: killed at the time limit
         seconds = time.perf_counter() - t0
         text = log.read_text(encoding="utf-8", errors="replace")
         (work.parent.parent / "work" / "here").chmod(0o755)

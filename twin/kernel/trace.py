@@ -285,9 +285,6 @@ def _in_child(p: Path, need: Sequence[str], verify: bool) -> None:
     if not hasattr(os, "fork"):
         _validate(p, need, verify)
         return
-    import signal
-    import time
-
     limit = CHECK_TIMEOUT_S + p.stat().st_size / 20e6
     r, w = os.pipe()
     pid = os.fork()
@@ -303,17 +300,8 @@ def _in_child(p: Path, need: Sequence[str], verify: bool) -> None:
         os.write(w, msg[:4000])
         os._exit(code)
     os.close(w)
-    t0 = time.monotonic()
-    status = None
-    while time.monotonic() - t0 < limit:
-        done, wstatus = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = wstatus
-            break
-        time.sleep(0.005)
+    status = wait_child(pid, limit)
     if status is None:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
         os.close(r)
         raise TraceError(f"{p}: trace is corrupted: reading it did not finish within "
                          f"{limit:.0f} s")
@@ -321,6 +309,23 @@ def _in_child(p: Path, need: Sequence[str], verify: bool) -> None:
         msg = fh.read().decode("utf-8", errors="replace")
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         raise TraceError(msg or f"{p}: trace is corrupted (its check crashed)")
+
+
+def wait_child(pid: int, timeout_s: float) -> int | None:
+    """Wait for child ``pid`` at most ``timeout_s`` seconds; its wait status, or None after
+    killing it (SIGKILL) at the limit."""
+    import signal
+    import time
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
 
 
 def _validate(p: Path, need: Sequence[str], verify: bool) -> dict[str, Any]:
