@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 TWIN   := $(VENV)/bin/twin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow bench lint validate clean
+.PHONY: run test test-slow fuzz bench lint validate clean
 
 # Create the virtual environment and install the package with its test extra.
 # Re-runs only when the packaging files change, so the second call is fast.
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The long fuzz run of the front door (not part of `make test`): 5,000 hostile inputs, each in a
+# forked, memory- and time-limited child; fails on any traceback, hang or exit code not 0/2.
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzzing --cases 5000 --seed 0 --timeout 25
 
 bench: $(STAMP)
 	$(PY) -m experiments.bench

@@ -33,7 +33,14 @@ from pydantic import Field
 from devices.regulator import VoltageRegulator
 from devices.thermal import ThermalRC
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
-from twin.kernel.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.schema import (
+    AmbientCelsius,
+    DieCelsius,
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    StrictModel,
+)
 
 WAIT_KINDS = ("tp", "recv", "dp_wait")
 
@@ -74,9 +81,9 @@ class ThermalSpec(StrictModel):
 
     enabled: bool = Field(default=True, description="false: die temperature stays at "
                                                     "initial_c (or the leakage reference)")
-    ambient_c: float = Field(default=25.0, description="inlet air temperature, C (ASHRAE "
+    ambient_c: AmbientCelsius = Field(default=25.0, description="inlet air temperature, C (ASHRAE "
                                                         "recommended range 18-27 C)")
-    initial_c: float | None = Field(
+    initial_c: DieCelsius | None = Field(
         default=None, description="die temperature at t = 0, C (default: idle steady state)")
     inlet_gradient_k: float = Field(
         default=0.0, description="inlet air temperature added across the grid by position, K "
@@ -121,8 +128,9 @@ class AlertSpec(StrictModel):
     power_fraction: Fraction = Field(
         default=0.85, description="alert when the windowed power exceeds this fraction of "
                                   "design_power_w")
-    window_s: PositiveFloat = Field(default=1.0,
-                                    description="averaging window of power telemetry, s")
+    window_s: float = Field(default=1.0, ge=1e-6, allow_inf_nan=False,
+                            description="averaging window of power telemetry, s (>= 1 us: "
+                                        "finer than any power sensor)")
     mfu_threshold: Fraction = Field(default=0.30,
                                     description="alert when MFU stays below this")
     mfu_iterations: int = Field(default=1, ge=1,

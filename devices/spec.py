@@ -8,11 +8,17 @@ inline in a scenario. Units are in the key names: ``_tflops`` = 1e12 FLOP/s, ``_
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from twin.kernel.schema import Fraction, NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.schema import (
+    DieCelsius,
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    StrictModel,
+)
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -31,12 +37,13 @@ class DeviceSpec(StrictModel):
         description="dense peak per precision at clock_mhz, TFLOP/s (1e12 FLOP/s)")
     matmul_efficiency: dict[Precision, Fraction] = Field(
         description="best achievable fraction of peak for large GEMMs, per precision")
-    kernel_overhead_us: NonNegativeFloat = Field(
+    kernel_overhead_us: Annotated[float, Field(ge=0, le=1e6)] = Field(
         description="fixed launch/tail overhead per kernel, microseconds")
     compute_units: int | None = Field(
         default=None, gt=0, description="units that each take one GEMM output tile at a time "
                                         "(GPU SMs); None: no wave quantization")
-    gemm_tile: tuple[int, int] | None = Field(
+    gemm_tile: tuple[Annotated[int, Field(ge=1, le=1 << 16)],
+                     Annotated[int, Field(ge=1, le=1 << 16)]] | None = Field(
         default=None, description="GEMM output tile [rows, cols] one unit computes")
     hbm_gb: PositiveFloat = Field(description="HBM capacity, 1e9 bytes")
     hbm_bandwidth_gbps: PositiveFloat = Field(description="peak HBM bandwidth, GB/s")
@@ -56,14 +63,15 @@ class DeviceSpec(StrictModel):
                                               "lowest P-state and leakage_ref_c)")
     # --- detailed power model (devices.power); absent fields give the basic model -----------
     p_states: list[tuple[PositiveFloat, PositiveFloat]] | None = Field(
-        default=None, description="voltage-frequency table: [[MHz, V], ...]; the highest "
-                                  "frequency must equal clock_mhz")
+        default=None, min_length=1, max_length=1024,
+        description="voltage-frequency table: [[MHz, V], ...]; the highest frequency must "
+                    "equal clock_mhz")
     leakage_w: NonNegativeFloat | None = Field(
         default=None, description="leakage (static) power at the top P-state's voltage and "
                                   "leakage_ref_c, W (part of idle_w)")
-    leakage_ref_c: float | None = Field(
+    leakage_ref_c: DieCelsius | None = Field(
         default=None, description="die temperature at which leakage_w and idle_w are given, C")
-    leakage_per_k: NonNegativeFloat | None = Field(
+    leakage_per_k: Annotated[float, Field(ge=0, le=0.2)] | None = Field(
         default=None, description="leakage growth with die temperature: "
                                   "P_leak ~ exp(leakage_per_k * (T - leakage_ref_c)), 1/K")
     leakage_voltage_exponent: NonNegativeFloat | None = Field(
@@ -72,7 +80,7 @@ class DeviceSpec(StrictModel):
         default=None, description="lumped thermal resistance die -> inlet air, K/W")
     thermal_c_j_per_k: PositiveFloat | None = Field(
         default=None, description="lumped thermal capacitance (die + heat sink), J/K")
-    temp_limit_c: float | None = Field(
+    temp_limit_c: DieCelsius | None = Field(
         default=None, description="die temperature at which the device throttles, C")
     regulator_efficiency: list[tuple[NonNegativeFloat, Fraction]] | None = Field(
         default=None, description="voltage-regulator efficiency curve [[load, efficiency], ...] "

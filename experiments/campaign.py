@@ -41,7 +41,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field
@@ -76,6 +76,10 @@ VARIANTS = ("faults", "baseline")
 
 
 # ----------------------------------------------------------------------------- spec
+#: Most runs one campaign may make (seeds x grid points x variants).
+MAX_RUNS = 100_000
+
+
 class CampaignSpec(StrictModel):
     """A campaign file."""
 
@@ -83,9 +87,12 @@ class CampaignSpec(StrictModel):
     description: str = ""
     base: str | dict[str, Any] = Field(description="scenario file (relative to the campaign "
                                                    "file) or an inline scenario mapping")
-    seeds: int | list[int] = Field(default=8, description="number of replicate seeds, or "
-                                                          "the list of seeds")
-    seed_start: int = Field(default=0, ge=0, description="first seed when seeds is a number")
+    seeds: Annotated[int, Field(ge=1, le=MAX_RUNS)] | Annotated[
+        list[Annotated[int, Field(ge=0, le=2**63 - 1)]], Field(min_length=1,
+                                                               max_length=MAX_RUNS)] = Field(
+        default=8, description="number of replicate seeds, or the list of seeds")
+    seed_start: int = Field(default=0, ge=0, le=2**62,
+                            description="first seed when seeds is a number")
     overrides: dict[str, Any] = Field(default_factory=dict,
                                       description="dotted.key: value for every run")
     grid: dict[str, list[Any]] = Field(default_factory=dict,
@@ -93,8 +100,8 @@ class CampaignSpec(StrictModel):
     baseline: bool = Field(default=True, description="also run without the faults")
     traces: bool = Field(default=True, description="write one trace per run")
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
-    bootstrap: int = Field(default=2000, ge=100, description="bootstrap resamples")
-    stats_seed: int = Field(default=0, ge=0, description="seed of the bootstrap")
+    bootstrap: int = Field(default=2000, ge=100, le=100_000, description="bootstrap resamples")
+    stats_seed: int = Field(default=0, ge=0, le=2**63 - 1, description="seed of the bootstrap")
 
 
 
@@ -152,6 +159,12 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
         if not values:
             problems.append(Problem(f"grid.{key}", "no values", values, "a non-empty list"))
     base = read_base(spec.base, root, problems)
+    n_runs = len(seeds) * (2 if spec.baseline else 1) * math.prod(len(v) for v in
+                                                                  spec.grid.values())
+    if n_runs > MAX_RUNS:
+        problems.append(Problem("seeds", f"the campaign would make {n_runs} runs (seeds x "
+                                "grid points x variants), more than the limit of "
+                                f"{MAX_RUNS}", None, "fewer seeds or grid values"))
     if problems:
         raise ScenarioError(problems, source=where)
     keys = list(spec.grid)
@@ -239,17 +252,17 @@ class CampaignResult:
 
 
 def _valid_record(records: RecordDir, run_id: str, trace: Path | None) -> dict | None:
-    """The record of a finished run worth keeping: readable, its own, with a complete trace."""
+    """The record of a finished run worth keeping: readable, its own, with a complete trace
+    whose data still matches the checksum stored when it was written."""
     rec = records.get(run_id)
     if rec is None or rec.get("run_id") != run_id:
         return None
     if trace is not None:
-        try:
-            from twin.kernel.trace import read_attrs
+        from twin.kernel.trace import TraceError, open_trace
 
-            if not read_attrs(trace).get("complete"):
-                return None
-        except OSError:
+        try:
+            open_trace(trace, verify=True)
+        except TraceError:
             return None
     return rec
 
@@ -276,7 +289,14 @@ def run_campaign(campaign: Campaign, out_dir: str | Path, client=None, resume: b
     records, traces_dir = RecordDir(out / "runs"), out / "traces"
     meta_path = out / "campaign.json"
     if meta_path.exists():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise ScenarioError([Problem("-o", "the directory's campaign.json is unreadable "
+                                         "or corrupted", str(meta_path), "a new directory, "
+                                         "or remove the damaged file")]) from None
+        if not isinstance(meta, dict):
+            meta = {}
         if meta.get("digest") != campaign.digest:
             raise ScenarioError([Problem("-o", "the directory holds a different campaign "
                                          f"({meta.get('name')!r}, digest {meta.get('digest')})",
@@ -293,7 +313,7 @@ def run_campaign(campaign: Campaign, out_dir: str | Path, client=None, resume: b
         "name": campaign.spec.name, "digest": campaign.digest, "source": campaign.source,
         "spec": campaign.spec.model_dump(mode="json"), "base": campaign.base,
         "runs": [r.run_id for r in campaign.runs]}, indent=1, default=str)
-    for stale in traces_dir.glob(".*.partial-*"):
+    for stale in [*traces_dir.glob(".*.partial-*"), *traces_dir.glob("*.partial-*")]:
         stale.unlink(missing_ok=True)
 
     kept: dict[str, dict] = {}
@@ -353,7 +373,9 @@ def tables(campaign: Campaign, records: dict[str, dict]):
         row = {"run_id": r.run_id, "point": r.point, "variant": r.variant, "seed": r.seed}
         for k in keys:
             row[k] = r.params[k]
-        row.update({k: rec["summary"].get(k) for k in SUMMARY_COLUMNS})
+        # null in a record is an undefined number (twin.summary.finite_summary): NaN here
+        row.update({k: math.nan if (v := rec["summary"].get(k)) is None else v
+                    for k in SUMMARY_COLUMNS})
         rows.append(row)
         for i, t in enumerate(rec["iteration_times_s"]):
             its.append((r.run_id, r.point, r.variant, r.seed, i, t))

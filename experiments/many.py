@@ -34,11 +34,16 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.schema import problems_from_validation, read_yaml, require_mapping
+from twin.kernel.schema import (
+    int64_problems,
+    merge_problems,
+    problems_from_validation,
+    read_yaml,
+    require_mapping,
+)
 
 
 # ----------------------------------------------------------------------------- input files
@@ -67,11 +72,15 @@ def load_spec_file(path: str | Path | dict[str, Any], model: type[BaseModel], wh
         p = Path(path)
         raw, source, here = read_yaml(p, what), str(p), p.parent
     require_mapping(raw, f"{what} file", keys, source)
+    big = int64_problems(raw)
     try:
-        return model.model_validate(raw), source, here
+        spec = model.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(problems_from_validation(exc, known_fields=known_fields),
-                            source=source) from None
+        raise ScenarioError(merge_problems(big, problems_from_validation(
+            exc, known_fields=known_fields)), source=source) from None
+    if big:
+        raise ScenarioError(big, source=source)
+    return spec, source, here
 
 
 def read_base(base: str | dict[str, Any], here: Path,
@@ -84,20 +93,26 @@ def read_base(base: str | dict[str, Any], here: Path,
     """
     if isinstance(base, dict):
         return base
-    p = Path(base) if Path(base).is_absolute() else here / base
-    if not p.is_file() and Path(base).is_file():  # relative to the working directory
-        p = Path(base)
-    if not p.is_file():
-        problems.append(Problem("base", "base scenario file not found", base,
+    try:
+        p = Path(base) if Path(base).is_absolute() else here / base
+        if not p.is_file() and Path(base).is_file():  # relative to the working directory
+            p = Path(base)
+        found = p.is_file()
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        problems.append(Problem("base", "base scenario file not found", base[:200],
                                 f"a scenario path relative to {here} or an inline mapping"))
         return None
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        problems.append(Problem("base", f"malformed YAML in {p}: {exc}"))
+        raw = read_yaml(p, "base scenario")
+    except ScenarioError as exc:  # the reader's messages never quote the file's content
+        problems.extend(Problem("base", f"{p}: {q.message}", None, q.allowed)
+                        for q in exc.problems)
         return None
     if not isinstance(raw, dict):
-        problems.append(Problem("base", "the base scenario must be a YAML mapping", str(p)))
+        problems.append(Problem("base", "the base scenario must be a YAML mapping "
+                                "(name, cluster, workload, ...)", str(p)))
         return None
     return raw
 
@@ -134,6 +149,7 @@ class ManyRunsCommand:
     def run(self, args: argparse.Namespace) -> int:
         """Load the input, compute on the client the arguments ask for, report."""
         job = self.load(args)
+        check_output_dir(args.output)
         with client_from_args(args) as client:
             result = self.compute(job, args, client)
         return self.report(job, result, args)
@@ -149,6 +165,19 @@ class ManyRunsCommand:
     def report(self, job: Any, result: Any, args: argparse.Namespace) -> int:
         """Write and print the results; return the exit code."""
         raise NotImplementedError
+
+
+def check_output_dir(path: str) -> Path:
+    """An output directory that exists or can be made and takes new files (ScenarioError
+    naming ``-o`` otherwise), checked before any run starts."""
+    from twin.outputs import check_output
+
+    p = Path(path)
+    check_output(p / "probe.tmp", "-o", "table")  # sane names; a file can be made inside
+    if p.exists() and not p.is_dir():
+        raise ScenarioError([Problem("-o", "is a file, not a directory", str(p)[:120],
+                                     "a directory (created if absent)")])
+    return p
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
@@ -315,10 +344,20 @@ class JsonLines:
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     """Call ``write(temporary path)`` next to ``path``, then rename it to ``path``: readers see
     the old file or the complete new one, never a partial one."""
+    from twin.kernel.trace import glob_escape, pid_alive
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
+    for stale in path.parent.glob(f".{glob_escape(path.name)}.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)  # left by a killed invocation
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -70,9 +70,11 @@ def metric_names() -> tuple[str, ...]:
 class NSGA2Spec(StrictModel):
     """Settings of the NSGA-II search (pymoo), used when the space is too large to enumerate."""
 
-    pop_size: int = Field(default=24, ge=4, description="population size")
-    generations: int = Field(default=20, ge=1, description="generations after the initial one")
-    seed: int = Field(default=1, ge=0, description="seed of the search (same seed, same front)")
+    pop_size: int = Field(default=24, ge=4, le=10_000, description="population size")
+    generations: int = Field(default=20, ge=1, le=10_000,
+                             description="generations after the initial one")
+    seed: int = Field(default=1, ge=0, le=2**63 - 1,
+                      description="seed of the search (same seed, same front)")
     max_evaluations: int | None = Field(
         default=None, ge=1, description="stop once this many distinct points were evaluated "
                                         "(per boundary condition)")
@@ -93,7 +95,8 @@ class BoundarySpec(StrictModel):
 class RobustSpec(StrictModel):
     """Evaluate each point over several seeds; fronts of the mean and of a quantile."""
 
-    seeds: list[int] = Field(min_length=1, description="root seeds of the replicated runs")
+    seeds: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(
+        min_length=1, max_length=1000, description="root seeds of the replicated runs")
     quantile: float = Field(default=0.95, gt=0, lt=1, description="e.g. 0.95 for p95")
     optimize: Literal["mean", "quantile"] = Field(
         default="mean", description="which statistic the main front (and NSGA-II) uses")
@@ -132,7 +135,8 @@ class SweepSpec(StrictModel):
     objectives: tuple[str, str] = ("iteration_time_s", "energy_per_iteration_j")
     constraints: dict[str, BoundSpec] = Field(default_factory=dict)
     method: Literal["auto", "exhaustive", "nsga2"] = "auto"
-    exhaustive_limit: int = Field(default=512, ge=1, description="auto: enumerate up to this")
+    exhaustive_limit: int = Field(default=512, ge=1, le=1_000_000,
+                                  description="auto: enumerate up to this")
     nsga2: NSGA2Spec = NSGA2Spec()
     boundary_conditions: list[BoundarySpec] = Field(default_factory=list)
     robust: RobustSpec | None = None

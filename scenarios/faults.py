@@ -45,7 +45,7 @@ from pydantic import Field, ValidationError, WrapValidator, field_validator, mod
 
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.schema import NonNegativeFloat, PositiveFloat, StrictModel
+from twin.kernel.schema import MAX_DIE_C, NonNegativeFloat, PositiveFloat, StrictModel
 
 if TYPE_CHECKING:
     import simpy
@@ -371,7 +371,8 @@ class CoolingFailure(_OnDevices):
     """A device's cooling degrades: its inlet air is ``rise_k`` warmer during the window."""
 
     kind: Literal["cooling_failure"]
-    rise_k: PositiveFloat = Field(description="inlet air temperature rise, K")
+    rise_k: Annotated[float, Field(gt=0, le=MAX_DIE_C)] = Field(
+        description="inlet air temperature rise, K")
 
 
 FAULT_TYPES = (LinkFault, LinkFailure, NicFailure, AcceleratorFailure, Straggler,

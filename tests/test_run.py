@@ -159,12 +159,13 @@ def test_killed_run_leaves_no_trace(tmp_path):
     """SIGKILL in the middle of a run: nothing at the final trace path."""
     out = tmp_path / "killed.h5"
     cmd = [sys.executable, "-m", "twin.cli", "run", str(ROOT / "scenarios/quickstart.yaml"),
-           "-o", str(out), "--set", "workload.iterations=400", "--set", "network.model=packet"]
+           "-o", str(out), "--set", "workload.iterations=400", "--set", "network.model=packet",
+           "--set", "simulation.limits.max_events=1000000000"]  # a long run, on purpose
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     partial = []
     while time.time() < deadline and not partial:
-        partial = list(tmp_path.glob(".killed.h5.partial-*"))
+        partial = list(tmp_path.glob("killed.h5.partial-*"))
         time.sleep(0.05)
     time.sleep(0.5)
     assert proc.poll() is None, "run finished before it could be killed"

@@ -50,14 +50,9 @@ class Model:
 
 
 def uses_symmetry(scen: Scenario) -> bool:
-    """Symmetry is used unless disabled, or something random or faulty tells ranks apart
-    (faults that stop or checkpoint the whole job alike do not; a memory contention model
-    draws every block's slowdown at random; an inlet gradient gives positions their own air)."""
-    from scenarios.faults import breaks_symmetry
-
-    sim = scen.simulation
-    return (sim.symmetry and sim.compute_jitter_cov == 0 and not breaks_symmetry(scen.faults)
-            and scen.memory.model == "roofline" and scen.power.thermal.inlet_gradient_k == 0)
+    """Whether the run simulates one representative per class of equal ranks
+    (:attr:`twin.scenario.Scenario.symmetric`)."""
+    return scen.symmetric
 
 
 def stage_blocks(tc: TransformerCosts, params: float) -> dict[str, Block]:

@@ -7,13 +7,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from twin.kernel.errors import ScenarioError
+from twin.kernel.errors import Problem, ScenarioError, TraceError
 
 EXIT_BAD_INPUT = 2
+
+
+def to_json(obj: Any) -> str:
+    """Strict JSON (RFC 8259): NaN and infinities become null (a summary lists such keys
+    under ``undefined_keys``), so any JSON parser reads the output."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        return v
+
+    return json.dumps(clean(obj), indent=2, allow_nan=False, default=str)
 
 
 def _fmt(v: Any) -> str:
@@ -74,8 +90,12 @@ class Command:
 def _existing(trace: str) -> Path:
     """The path of a trace file that must exist (a ScenarioError otherwise)."""
     path = Path(trace)
-    if not path.is_file():
-        raise ScenarioError(f"trace file not found: {path}")
+    try:
+        found = path.is_file()
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        raise ScenarioError(f"trace file not found: {str(path)[:300]}")
     return path
 
 
@@ -101,14 +121,27 @@ class RunCommand(Command):
         p.add_argument("--all", action="store_true", help="print every summary key")
         p.add_argument("--report", metavar="REPORT.html", dest="report_html",
                        help="also write the HTML report (twin report) of the trace here")
+        p.add_argument("--force", action="store_true",
+                       help="overwrite an existing output that is not a meshtwin trace / PNG")
 
     def run(self, args):
         from twin.api import load_scenario, run
+        from twin.outputs import check_output, confine
 
         scen = load_scenario(args.scenario, _overrides(args))
+        if scen.trace.enabled:  # every output path is checked before simulating
+            if args.output is not None:
+                check_output(args.output, "-o", "trace", args.force)
+            else:
+                confine(scen.trace_path, "trace.path")
+                check_output(scen.trace_path, "trace.path", "trace", args.force)
+        if args.plot:
+            check_output(args.plot, "--plot", "png", args.force)
         result = run(scen, trace_path=args.output)
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
         if args.json:
-            print(json.dumps(result.summary, indent=2))
+            print(to_json(result.summary))
         else:
             print(f"scenario {scen.name}: {scen.cluster.topology.kind} "
                   f"{'x'.join(map(str, scen.cluster.topology.shape))} x {scen.cluster.device.name},"
@@ -144,17 +177,12 @@ class SummaryCommand(Command):
         p.add_argument("--all", action="store_true", help="print every summary key")
 
     def run(self, args):
-        from twin.kernel.trace import read_attrs
+        from twin.kernel.trace import open_trace
 
         path = _existing(args.trace)
-        try:
-            attrs = read_attrs(path)
-        except OSError as exc:
-            raise ScenarioError(f"{path} is not a readable HDF5 trace ({exc})") from None
-        if "summary" not in attrs:
-            raise ScenarioError(f"{path} has no summary (not a meshtwin trace?)")
+        attrs = open_trace(path)
         if args.json:
-            print(json.dumps(attrs["summary"], indent=2))
+            print(to_json(attrs["summary"]))
         else:
             print(f"trace {path} (schema {attrs.get('schema_version')}, twin "
                   f"{attrs.get('twin_version')}, seed {attrs.get('seed')})")
@@ -162,26 +190,61 @@ class SummaryCommand(Command):
         return 0
 
 
+def file_kind(raw: Any) -> str:
+    """What an input file is: ``scenario``, ``campaign`` or ``sweep`` (by its keys: a sweep
+    has a ``space``, a campaign a ``base`` without one)."""
+    if isinstance(raw, dict) and "base" in raw and "cluster" not in raw:
+        return "sweep" if "space" in raw or "objectives" in raw else "campaign"
+    return "scenario"
+
+
+def check_file(path: str, overrides: list[str]) -> str:
+    """Validate one scenario, campaign or sweep file (the kind is detected); returns a
+    one-line description, raises ScenarioError with every problem."""
+    from twin.kernel.schema import read_yaml
+
+    raw = read_yaml(path, "input")
+    kind = file_kind(raw)
+    if kind == "scenario":
+        from twin.api import load_scenario
+
+        scen = load_scenario(path, overrides)
+        return f"scenario {scen.name}"
+    if overrides:
+        raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "
+                                     f"{kind} file", overrides[0], "set keys in the file")],
+                            source=path)
+    if kind == "campaign":
+        from experiments.campaign import load_campaign
+
+        camp = load_campaign(path)
+        return f"campaign {camp.spec.name}, {len(camp.runs)} runs"
+    from experiments.sweep import load_sweep
+
+    sweep = load_sweep(path)
+    return f"sweep {sweep.spec.name}"
+
+
 class CheckCommand(Command):
     name = "check"
-    help = "validate scenario files without running them"
+    help = "validate scenario, campaign and sweep files without running them"
 
     def add_arguments(self, p):
-        p.add_argument("scenarios", nargs="+", help="scenario YAML files")
+        p.add_argument("scenarios", nargs="+", help="scenario, campaign or sweep YAML files")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
 
     def run(self, args):
-        from twin.api import load_scenario
-
         bad = 0
         for path in args.scenarios:
             try:
-                scen = load_scenario(path, args.set or [])
+                what = check_file(path, args.set or [])
             except ScenarioError as exc:
                 bad += 1
+                if exc.source is None:
+                    exc = ScenarioError(exc.problems, source=path[:300])
                 print(f"FAIL {exc}", file=sys.stderr)
             else:
-                print(f"ok   {path} ({scen.name})")
+                print(f"ok   {path} ({what})")
         return EXIT_BAD_INPUT if bad else 0
 
 
@@ -218,13 +281,9 @@ class LimitsCommand(Command):
         from twin.limits import format_limits, limits_from_trace
 
         path = _existing(args.trace)
-        try:
-            lim = limits_from_trace(path)
-        except (OSError, KeyError) as exc:
-            raise ScenarioError(f"{path}: cannot compute limits ({exc}); a complete meshtwin "
-                                "trace with its ops and links tables is needed") from None
+        lim = limits_from_trace(path)
         if args.json:
-            print(json.dumps(lim, indent=2))
+            print(to_json(lim))
         else:
             print(f"limits of {path} (per iteration; orders of magnitude = log10(actual/bound))")
             print(format_limits(lim))
@@ -313,6 +372,10 @@ class ValidateCommand(Command):
     def run(self, args):
         from twin.validate import format_report, run_checks
 
+        if args.csv:
+            from twin.outputs import check_output
+
+            check_output(args.csv, "--csv", "table")
         df = run_checks(args.only)
         print(format_report(df))
         if args.csv:
@@ -350,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args._cmd.run(args)
     except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

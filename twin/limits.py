@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 BOLTZMANN_J_PER_K = 1.380649e-23
 #: Bits per stored word of each precision (tf32 is stored in a 32-bit container).
@@ -153,32 +152,50 @@ def compute_limits(iteration_time_s: float, energy_per_iteration_j: float,
 
 
 def limits_from_trace(path: str | Path) -> dict[str, Any]:
-    """:func:`compute_limits` for a finished trace (needs its ``ops`` and ``links`` tables)."""
-    from twin.kernel.trace import read_attrs, read_table
+    """:func:`compute_limits` for a finished trace (needs its ``ops`` and ``links`` tables).
 
-    attrs = read_attrs(path)
+    Raises:
+        TraceError: the file is not a complete trace with those tables, or its stored
+            scenario / summary lack what the bounds need (``twin.kernel.trace.open_trace``).
+    """
+    from twin.kernel.errors import ScenarioError, TraceError
+    from twin.kernel.reading import load_yaml_text
+    from twin.kernel.trace import open_trace, read_table
+
+    attrs = open_trace(path, need=("ops", "links"))
     summ = attrs["summary"]
-    scen = yaml.safe_load(attrs["scenario"])
-    iters = int(summ["iterations"])
-    prec = scen["workload"]["precision"]
-    peak = float(scen["cluster"]["device"]["peak_tflops"][prec]) * 1e12
-    ambient = float(((scen.get("power") or {}).get("thermal") or {}).get("ambient_c", 25.0))
-    ops = read_table(path, "ops")
-    rank_flops = ops.groupby("cls", observed=True)["flops"].sum().to_numpy() / iters
-    links = read_table(path, "links")
-    n_dev = int(summ["devices"])
-    inject = float(links.loc[links["src"] < n_dev, "capacity"].sum())
-    cl = scen["cluster"]
-    specs = {v["name"]: v for k in ("link", "nic_link", "global_link")
-             if isinstance(v := cl.get(k), dict)}
-    types = [str(t) for t in links["type"]]
-    sh = shannon_limit(types, links["bytes"].to_numpy() / iters,
-                       links["energy_j"].to_numpy() / iters, specs, ambient + 273.15)
-    return compute_limits(
-        float(summ["iteration_time_s"]), float(summ["energy_per_iteration_j"]), rank_flops,
-        peak, links["bytes"].to_numpy() / iters, links["capacity"].to_numpy(), inject,
-        float(summ["bytes_sent"]) / iters, float(summ["executed_flops_per_iteration"]), prec,
-        ambient, sh)
+    try:
+        scen = load_yaml_text(str(attrs.get("scenario", "")), source=str(path))
+        iters = int(summ["iterations"])
+        prec = scen["workload"]["precision"]
+        peak = float(scen["cluster"]["device"]["peak_tflops"][prec]) * 1e12
+        ambient = float(((scen.get("power") or {}).get("thermal") or {}).get("ambient_c", 25.0))
+        ops = read_table(path, "ops")
+        rank_flops = ops.groupby("cls", observed=True)["flops"].sum().to_numpy() / iters
+        links = read_table(path, "links")
+        n_dev = int(summ["devices"])
+        inject = float(links.loc[links["src"] < n_dev, "capacity"].sum())
+        args = (_num(summ["iteration_time_s"]), _num(summ["energy_per_iteration_j"]),
+                rank_flops, peak, links["bytes"].to_numpy() / iters,
+                links["capacity"].to_numpy(), inject, _num(summ["bytes_sent"]) / iters,
+                _num(summ["executed_flops_per_iteration"]), prec, ambient)
+        cl = scen["cluster"]
+        specs = {v["name"]: v for k in ("link", "nic_link", "global_link")
+                 if isinstance(v := cl.get(k), dict)}
+        types = [str(t) for t in links["type"]]
+        sh = shannon_limit(types, links["bytes"].to_numpy() / iters,
+                           links["energy_j"].to_numpy() / iters, specs, ambient + 273.15)
+    except (ScenarioError, KeyError, TypeError, ValueError, AttributeError,
+            ZeroDivisionError) as exc:
+        raise TraceError(f"{path}: the trace's stored scenario or summary lacks what the "
+                         f"bounds need ({type(exc).__name__ if not str(exc) else str(exc)[:120]})"
+                         ) from None
+    return compute_limits(*args, sh)
+
+
+def _num(v: Any) -> float:
+    """A summary number; null (undefined, e.g. no iteration completed) as NaN."""
+    return math.nan if v is None else float(v)
 
 
 def format_limits(lim: dict[str, Any]) -> str:

@@ -19,11 +19,14 @@ from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
 from scenarios.faults import FaultInjector
+from twin.budget import check_power_samples
 from twin.build import Model, build, stage_compute_blocks
 from twin.kernel.engine import Engine
+from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.records import Recorder
 from twin.kernel.rng import RngStreams
 from twin.kernel.trace import TraceWriter
+from twin.outputs import check_output
 from twin.per_device import (
     DEVICE_COLUMNS,
     DEVICE_UNITS,
@@ -49,6 +52,7 @@ class RunResult:
     summary: dict[str, Any]
     trace_path: Path | None
     iteration_times_s: tuple[float, ...] = ()
+    notes: tuple[str, ...] = ()  # e.g. stale partial traces of a killed run that were removed
 
 
 def simulate(model: Model, recorder: Recorder, message_sink=None,
@@ -56,7 +60,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     """Run the SimPy model to completion; returns engine, fabric, executor (its ``data``: the
     data path or None) and fault rows. ``record_data`` keeps the data path's load rows."""
     scen = model.scenario
-    env = Engine()
+    lim = scen.simulation.limits
+    env = Engine(max_events=lim.max_events, max_time=lim.max_sim_time_s)
     net = scen.network
     fabric = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
                     model=net.model, packet_bytes=net.packet_kib * 1024,
@@ -94,8 +99,19 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
         executor.before_block = injector.before_block
     injector.start()
     # ends when every iteration is done, or when failures cut the job off for good
-    env.run(until=env.any_of([executor.done, injector.stalled]))
+    try:
+        env.run(until=env.any_of([executor.done, injector.stalled]))
+    except (OverflowError, FloatingPointError) as exc:
+        th = scen.power.thermal
+        raise InfeasibleConfig([Problem(
+            "power.thermal", f"the simulation diverged at t = {env.now:.6g} s ({exc}): a "
+            f"quantity grew beyond floating-point range, e.g. a thermal runaway (leakage "
+            f"rising with die temperature) with inlet air at {th.ambient_c:g} C plus cooling "
+            f"failures and throttle {'on' if th.throttle else 'off'}", None,
+            "cooler inlet air, smaller cooling_failure rise_k, or power.thermal.throttle: "
+            "true")]) from None
     executor.finish(env.now)
+    check_power_samples(scen, env.now)
     return env, fabric, executor, injector.table_rows()
 
 
@@ -114,14 +130,24 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         trace_path: overrides ``scenario.trace.path``.
     """
     wall0 = time.perf_counter()
-    model = build(scenario)
     if not scenario.trace.enabled:
+        model = build(scenario)
         env, fabric, ex, faults = simulate(model, Recorder())
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         return RunResult(summary, None, iteration_times(ex))
-    path = Path(trace_path) if trace_path else scenario.trace_path
+    path = check_output(trace_path or scenario.trace_path,
+                        "-o" if trace_path else "trace.path", "trace", force=True)
     tables = set(scenario.trace.tables)
-    with TraceWriter(path, scenario.trace.compression) as writer:
+    try:
+        writer = TraceWriter(path, scenario.trace.compression)
+    except OSError as exc:
+        raise ScenarioError([Problem("-o" if trace_path else "trace.path", "the trace cannot "
+                                     f"be written ({exc.strerror or exc})", str(path)[:120],
+                                     "a writable file path")]) from None
+    notes = tuple(f"removed stale partial trace {p} (left by a run that was killed)"
+                  for p in writer.stale_removed)
+    with writer:
+        model = build(scenario)
         rec = TraceRecorder(writer, tables)
         env, fabric, ex, faults = simulate(model, rec, rec.message, "data" in tables)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
@@ -137,7 +163,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
             "twin_version": __version__, "seed": scenario.seed,
             "scenario": scenario.to_yaml(), "summary": summary, "sources": scenario.sources,
         })
-    return RunResult(summary, out, iteration_times(ex))
+    return RunResult(summary, out, iteration_times(ex), notes)
 
 
 def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: Fabric,

@@ -22,6 +22,7 @@ from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec
 from scenarios.faults import FaultSpec
 from topologies.spec import TopologySpec
+from twin.budget import LimitsSpec
 from twin.catalogs import REFERENCES, resolve
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
@@ -29,6 +30,8 @@ from twin.kernel.schema import (
     PositiveFloat,
     StrictModel,
     field_names,
+    int64_problems,
+    merge_problems,
     problems_from_validation,
     read_yaml,
     require_mapping,
@@ -50,14 +53,15 @@ class ClusterSpec(StrictModel):
     device: DeviceSpec
     link: LinkSpec = Field(description="device link: grid / ring edges, dragonfly links inside "
                                        "a group, GPU-NVSwitch links of a switched node")
-    links_per_edge: int = Field(default=1, ge=1, description="physical links per graph edge")
+    links_per_edge: int = Field(default=1, ge=1, le=1024,
+                                description="physical links per graph edge")
     nic_link: LinkSpec | None = Field(
         default=None, description="switched (required): InfiniBand link of the fat-tree "
                                   "(NIC-leaf and leaf-spine, one port per edge)")
     global_link: LinkSpec | None = Field(
         default=None, description="dragonfly2d: link between groups (default: link)")
     global_links_per_edge: int | None = Field(
-        default=None, ge=1, description="dragonfly2d: links per global edge "
+        default=None, ge=1, le=1024, description="dragonfly2d: links per global edge "
                                         "(default: links_per_edge)")
 
     def link_fields(self) -> dict[str, LinkSpec]:
@@ -116,6 +120,8 @@ class SimulationSpec(StrictModel):
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, description="coefficient of variation of compute-op durations "
                                  "(lognormal); > 0 makes runs depend on the seed")
+    limits: LimitsSpec = Field(default=LimitsSpec(), description="resource budget of a run "
+                                                                 "(twin.budget)")
 
 
 class TraceSpec(StrictModel):
@@ -131,9 +137,10 @@ class TraceSpec(StrictModel):
 class Scenario(StrictModel):
     """A whole scenario: the input of one run."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$", max_length=200)
     description: str = ""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1,
+                      description="root of every random stream (numpy SeedSequence)")
     cluster: ClusterSpec
     workload: WorkloadSpec
     network: NetworkSpec = NetworkSpec()
@@ -151,6 +158,19 @@ class Scenario(StrictModel):
     def sources(self) -> dict[str, str]:
         """Where each catalog number came from, by dotted scenario path."""
         return dict(self._sources)
+
+    @property
+    def symmetric(self) -> bool:
+        """Symmetry is used unless disabled, or something random or faulty tells ranks apart
+        (faults that stop or checkpoint the whole job alike do not; a memory contention model
+        draws every block's slowdown at random; an inlet gradient gives positions their own
+        air)."""
+        from scenarios.faults import breaks_symmetry
+
+        sim = self.simulation
+        return (sim.symmetry and sim.compute_jitter_cov == 0
+                and not breaks_symmetry(self.faults) and self.memory.model == "roofline"
+                and self.power.thermal.inlet_gradient_k == 0)
 
     @property
     def trace_path(self) -> Path:
@@ -187,6 +207,7 @@ def _known_fields() -> dict[str, list[str]]:
         "workload.sharding": field_names(ShardingSpec),
         "network": field_names(NetworkSpec),
         "simulation": field_names(SimulationSpec),
+        "simulation.limits": field_names(LimitsSpec),
         "power": field_names(PowerSpec),
         "memory": field_names(MemorySpec),
         "memory.service": field_names(ServiceSpec),
@@ -207,10 +228,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ScenarioError([Problem("--set", "empty key in override", text)])
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ScenarioError([Problem(key, f"value is not valid YAML: {exc}", raw)]) from None
+    from twin.kernel.reading import load_yaml_text
+
+    value = load_yaml_text(raw, path=f"--set {key[:100]}") if raw.strip() else ""
     return key, value
 
 
@@ -243,7 +263,10 @@ def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]
             raise ScenarioError([Problem(key, "no such list index", last)])
         node[int(last)] = value
     elif isinstance(node, dict):
-        node[last] = value
+        if value is None:  # key=null: back to the key's default (an error if it has none)
+            node.pop(last, None)
+        else:
+            node[last] = value
         for dotted in list(sources):
             if dotted == key or dotted.startswith(key + "."):
                 del sources[dotted]  # the user replaced a catalog value
@@ -280,6 +303,10 @@ def _resolve_refs(raw: dict[str, Any], sources: dict[str, str]) -> list[Problem]
 
 
 def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) -> Scenario:
+    """Validate in stages, each reporting every problem it finds: the file's own values
+    (catalog names, overrides, 64-bit integers and the schema, across all sections at
+    once), then the resource budget (before anything is allocated), then cross-section
+    rules, then memory feasibility."""
     raw = copy.deepcopy(require_mapping(raw, "scenario", "name, seed, cluster, workload, ...",
                                         source))
     sources: dict[str, str] = {}
@@ -291,15 +318,20 @@ def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) 
             _set_path(raw, key, value, sources)
         except ScenarioError as exc:
             problems.extend(exc.problems)
-    if not problems:
-        problems.extend(_resolve_refs(raw, sources))
-    if problems:
-        raise ScenarioError(problems, source=source)
+    problems.extend(_resolve_refs(raw, sources))
+    problems = merge_problems(problems, int64_problems(raw))
     try:
         scen = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(problems_from_validation(exc, known_fields=_known_fields()),
-                            source=source) from None
+        problems = merge_problems(problems, problems_from_validation(
+            exc, known_fields=_known_fields()))
+    if problems:
+        raise ScenarioError(_unique(problems), source=source)
+    from twin.budget import check_budget
+
+    problems = check_budget(scen)
+    if problems:
+        raise ScenarioError(problems, source=source)
     problems = check_consistency(scen)
     if problems:
         raise ScenarioError(problems, source=source)
@@ -310,6 +342,17 @@ def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) 
         raise InfeasibleConfig(problems, source=source)
     scen._sources.update(sources)
     return scen
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """Problems in order, each once."""
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
 
 
 def load_scenario(path: str | Path | dict[str, Any],
@@ -356,6 +399,7 @@ def check_consistency(scen: Scenario) -> list[Problem]:
     from devices.power import check_power
 
     problems.extend(check_power(scen.power, dev, par.pp))
+    problems.extend(_check_inlet(scen))
     problems.extend(scen.memory.problems(dev))
     problems.extend(scen.data.problems())
     topo_problems = _check_topology(scen)
@@ -365,6 +409,18 @@ def check_consistency(scen: Scenario) -> list[Problem]:
         if par.world == topo.num_devices:
             problems.extend(_check_algorithms(scen))
     return problems
+
+
+def _check_inlet(scen: Scenario) -> list[Problem]:
+    """Inlet air during a cooling failure (ambient + rise) stays a physical inlet temperature."""
+    from twin.kernel.schema import MAX_AMBIENT_C
+
+    ambient = scen.power.thermal.ambient_c
+    return [Problem(f"faults.{i}.rise_k", f"inlet air would reach {ambient + f.rise_k:g} C "
+                    f"(power.thermal.ambient_c {ambient:g} + rise_k), above {MAX_AMBIENT_C:g} C",
+                    f.rise_k, f"at most {MAX_AMBIENT_C - ambient:g}")
+            for i, f in enumerate(scen.faults)
+            if getattr(f, "kind", "") == "cooling_failure" and ambient + f.rise_k > MAX_AMBIENT_C]
 
 
 def _build_graph(scen: Scenario):

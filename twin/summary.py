@@ -70,7 +70,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
     except NoRoute:  # failures left devices cut off at the end: report the healthy routes
         hops = model.layout.hops_per_group(Router(model.topo))
     exec_flops = per_accel("gemm_flops")
-    return {
+    return finite_summary({
         "iteration_time_s": it_time,
         "iterations": iters,
         "makespan_s": makespan,
@@ -104,7 +104,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "bytes_received": float(fabric.bytes_received.sum()),
         "link_bytes": float(link_bytes.sum()),
         "max_link_utilization": float((link_bytes / (fabric.capacity * makespan)).max())
-        if makespan > 0 else 0.0,
+        if makespan > 0 and len(link_bytes) else 0.0,
         "hops_per_ring_edge": hops,
         "reroutes": int(fabric.reroutes),
         # fault tolerance (workloads.job): restarts, lost work, availability, goodput
@@ -129,7 +129,28 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "edge_effect": edge_effect(device_frame(model, fabric, ex, makespan, node),
                                    model.symmetric, max(int(done), 1)),
         **_sharding_keys(model, per_device, n_dev),
-    }
+    })
+
+
+def finite_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with every NaN or infinite number (at any depth) replaced by None, and the
+    dotted keys replaced listed under ``undefined_keys`` (empty when all are finite), so the
+    summary is strict JSON (e.g. the iteration time of a run that completed no iteration)."""
+    undefined: list[str] = []
+
+    def clean(v: Any, path: str) -> Any:
+        if isinstance(v, dict):
+            return {k: clean(x, f"{path}.{k}" if path else str(k)) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x, f"{path}.{i}") for i, x in enumerate(v)]
+        if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+            undefined.append(path)
+            return None
+        return v
+
+    out = clean(summary, "")
+    out["undefined_keys"] = undefined
+    return out
 
 
 def random_sources(scen) -> list[str]:

@@ -2,21 +2,52 @@
 
 Like SimPy's own ``Environment`` it is only a clock and an event queue; agents own behaviour.
 Ties at equal times resolve in SimPy's deterministic order (time, priority, insertion id).
+
+A run may be given a budget (``max_events``, ``max_time``): the engine stops with
+:class:`~twin.kernel.errors.BudgetExceeded` when it would process more events or advance the
+clock past ``max_time``, so a run whose events grow without bound (failures faster than the
+job restarts, tiny packets on a large fabric) ends with a clear message instead of running
+forever. Both limits are deterministic (counted in events and simulated seconds).
 """
 
 from __future__ import annotations
 
+import math
+
 import simpy
+
+from twin.kernel.errors import BudgetExceeded, Problem
 
 
 class Engine(simpy.Environment):
-    """``simpy.Environment`` with an ``events_processed`` counter."""
+    """``simpy.Environment`` with an ``events_processed`` counter and an optional budget.
 
-    def __init__(self, initial_time: float = 0.0):
+    Args:
+        initial_time: start of the clock, s.
+        max_events: most events to process (None: no limit).
+        max_time: latest simulated time, s (None: no limit).
+    """
+
+    def __init__(self, initial_time: float = 0.0, max_events: int | None = None,
+                 max_time: float | None = None):
         super().__init__(initial_time)
         self.events_processed = 0
+        self.max_events = max_events if max_events is not None else math.inf
+        self.max_time = max_time if max_time is not None else math.inf
 
     def step(self) -> None:
-        """Process the next event (and count it)."""
+        """Process the next event (and count it); stop when the budget is spent."""
         self.events_processed += 1
+        if self.events_processed > self.max_events:
+            raise BudgetExceeded([Problem(
+                "simulation.limits.max_events", f"the run processed {self.max_events} events "
+                f"by simulated time {self.now:.6g} s without finishing", self.max_events,
+                "a smaller workload, larger network.packet_kib, slower failure processes, "
+                "or a larger simulation.limits.max_events")])
+        if self.peek() > self.max_time:
+            raise BudgetExceeded([Problem(
+                "simulation.limits.max_sim_time_s", f"the run reached the limit of "
+                f"{self.max_time:g} simulated seconds without finishing", self.max_time,
+                "fewer iterations, slower failure processes, or a larger "
+                "simulation.limits.max_sim_time_s")])
         super().step()

@@ -65,3 +65,12 @@ class InfeasibleConfig(ScenarioError):
 
 class CatalogError(ScenarioError):
     """A catalog file is malformed (e.g. a number without a ``source``)."""
+
+
+class BudgetExceeded(ScenarioError):
+    """A run exceeded its resource budget (``simulation.limits``) while simulating."""
+
+
+class TraceError(ValueError):
+    """A file is not a readable, complete meshtwin trace (the message says why, starting with
+    the path); the CLI prints it and exits with code 2."""

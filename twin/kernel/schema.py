@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from twin.kernel.errors import Problem, ScenarioError
@@ -17,27 +16,153 @@ from twin.kernel.errors import Problem, ScenarioError
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+#: Lowest temperature there is, C.
+ABSOLUTE_ZERO_C = -273.15
+#: Hottest die temperature a scenario may give, C (silicon junctions are rated to ~150-175 C;
+#: the margin lets a cooling failure overshoot without reaching nonsense).
+MAX_DIE_C = 250.0
+#: Hottest inlet air a scenario may give, C (industrial electronics are rated to 85 C).
+MAX_AMBIENT_C = 100.0
+#: A die temperature, C: at or above absolute zero, at most :data:`MAX_DIE_C`.
+DieCelsius = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, le=MAX_DIE_C, allow_inf_nan=False)]
+#: An inlet-air temperature, C: at or above absolute zero, at most :data:`MAX_AMBIENT_C`.
+AmbientCelsius = Annotated[float, Field(ge=ABSOLUTE_ZERO_C, le=MAX_AMBIENT_C,
+                                        allow_inf_nan=False)]
+
+
+INT64_MAX = 2**63 - 1
+
+
+def int64_problems(raw: Any, prefix: str = "") -> list[Problem]:
+    """A problem for every integer outside 64 bits in a parsed input (no field means one,
+    and NumPy cannot hold one), by dotted path."""
+    out: list[Problem] = []
+    stack: list[tuple[str, Any]] = [(prefix, raw)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, int) and not isinstance(v, bool):
+            if not -INT64_MAX - 1 <= v <= INT64_MAX:
+                digits = len(str(abs(v)))
+                shown = v if digits <= 25 else f"an integer of {digits} digits"
+                out.append(Problem(path, "integer does not fit in 64 bits", shown,
+                                   "-2^63 .. 2^63-1"))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{path}.{i}" if path else str(i), x) for i, x in enumerate(v))
+        elif isinstance(v, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), x) for k, x in v.items())
+    return sorted(out, key=lambda p: p.path)
+
+
+def merge_problems(first: list[Problem], more: list[Problem]) -> list[Problem]:
+    """``first`` plus the problems of ``more`` at paths that ``first`` does not cover (a
+    path under or equal to one of ``first``'s)."""
+    def covered(path: str) -> bool:
+        return any(path == p.path or path.startswith(p.path + ".") for p in first if p.path)
+
+    return [*first, *(p for p in more if not covered(p.path))]
 
 
 class StrictModel(BaseModel):
-    """Base of every input model: forbids unknown keys, frozen, validates defaults."""
+    """Base of every input model: forbids unknown keys, frozen, validates defaults, and
+    refuses NaN and infinity in every float field (``allow_inf_nan=False``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
 
 
-def _allowed_from_ctx(err: dict[str, Any]) -> str:
+
+#: What each pydantic error type asks for, in the scenario's words (no Python type names).
+_WANTS: dict[str, str] = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "a whole number",
+    "int_parsing_size": "an integer of at most 19 digits",
+    "float_type": "a number", "float_parsing": "a number",
+    "finite_number": "a finite number (not NaN or infinity)",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "a text", "string_unicode": "a text",
+    "list_type": "a list", "tuple_type": "a list", "set_type": "a list",
+    "dict_type": "a mapping (key: value)", "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)", "none_required": "null",
+    "string_pattern_mismatch": "letters, digits, '_', '.' and '-' only",
+}
+#: Problem words for each group of error types.
+_RANGE_TYPES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                "finite_number", "too_short", "too_long", "string_too_short", "string_too_long")
+
+
+def _wants(err: dict[str, Any]) -> str:
+    """What the field accepts, in words, from one pydantic error."""
+    etype = err["type"]
     ctx = err.get("ctx") or {}
-    if "expected" in ctx:
-        return str(ctx["expected"])
     for key, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
         if key in ctx:
             return f"a number {word} {ctx[key]}"
+    if etype == "literal_error":
+        return "one of " + str(ctx.get("expected", "")).replace("'", "")
+    if etype in ("union_tag_invalid", "union_tag_not_found"):
+        tags = str(ctx.get("expected_tags", "")).replace("'", "")
+        return f"{ctx.get('discriminator', 'kind')}: one of {tags}".replace("'", "")
+    if etype in ("too_short", "too_long", "string_too_short", "string_too_long"):
+        lo, hi = ctx.get("min_length"), ctx.get("max_length")
+        unit = "characters" if etype.startswith("string") else "items"
+        if etype.endswith("short"):
+            return f"at least {lo} {unit}"
+        return f"at most {hi} {unit}"
+    if etype in _WANTS:
+        return _WANTS[etype]
     return ""
+
+
+def _is_tag(segment: Any) -> bool:
+    """Whether a location segment is pydantic's name of a union member, not a key."""
+    if not isinstance(segment, str):
+        return False
+    if any(c in segment for c in "[]()") or segment in ("int", "float", "str", "bool", "none"):
+        return True
+    return segment in _model_names()
+
+
+def _model_names() -> set[str]:
+    names: set[str] = set()
+    todo: list[type] = [BaseModel]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub.__name__ not in names:
+                names.add(sub.__name__)
+                todo.append(sub)
+    return names
+
+
+def _message(etype: str, msg: str) -> str:
+    if etype in ("value_error", "assertion_error"):
+        for head in ("Value error, ", "Assertion failed, "):
+            if msg.startswith(head):
+                return msg[len(head):]
+        return msg
+    if etype == "finite_number":
+        return "not a finite number"
+    if etype in ("too_long", "string_too_long"):
+        return "too long"
+    if etype in ("too_short", "string_too_short"):
+        return "too short"
+    if etype in _RANGE_TYPES:
+        return "out of range"
+    if etype in ("literal_error", "union_tag_invalid", "enum"):
+        return "not an allowed value"
+    if etype == "union_tag_not_found":
+        return "says nothing about its kind"
+    if etype == "string_pattern_mismatch":
+        return "contains characters that are not allowed"
+    return "wrong type"
 
 
 def problems_from_validation(exc: ValidationError, prefix: str = "",
                              known_fields: dict[str, list[str]] | None = None) -> list[Problem]:
     """Turn a pydantic ``ValidationError`` into user-facing :class:`Problem` s.
+
+    Messages are in the scenario's words: the dotted field path, the value given and what
+    is allowed (``a number > 0``, ``one of ring, torus2d``), never a Python type name; the
+    alternatives of a union (``list of numbers | 'auto'``) are merged into one problem.
 
     Args:
         exc: the pydantic error.
@@ -45,22 +170,52 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
         known_fields: optional map from a dotted parent path to its allowed keys, used to
             tell the user which keys exist when they gave an unknown one.
     """
-    problems: list[Problem] = []
+    entries: dict[str, list[Any]] = {}  # path -> [message, value, wants]; first error first
     for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        path = ".".join([prefix, *loc] if prefix else loc)
         etype = err["type"]
+        raw_loc = list(err["loc"])
+        is_key = bool(raw_loc) and raw_loc[-1] == "[key]"
+        tag_at = next((i for i, p in enumerate(raw_loc) if _is_tag(p)), None)
+        if etype == "extra_forbidden" and tag_at == len(raw_loc) - 1:
+            tag_at = None  # the user's unknown key only looks like a tag
+        last = len(raw_loc) - 1
+        loc = [str(p) for i, p in enumerate(raw_loc)  # union tags dropped, user keys kept
+               if p != "[key]" and (not _is_tag(p) or (tag_at is None and i == last))]
+        path = ".".join([prefix, *loc] if prefix else loc)
         value = err.get("input")
+        wants = _wants(err)
+        own_path = path
+        if tag_at is not None and etype not in ("extra_forbidden", "missing"):
+            # an alternative of a union: reported once, at the union's own path
+            base = [str(p) for p in raw_loc[:tag_at] if p != "[key]"]
+            union_path = ".".join([prefix, *base] if prefix else base)
+            if path != union_path and wants:
+                wants = f"{wants} at {path[len(union_path) + 1:]}"
+            path = union_path
         if etype == "extra_forbidden":
             parent = path.rsplit(".", 1)[0] if "." in path else ""
-            allowed = ", ".join((known_fields or {}).get(parent, []))
-            problems.append(Problem(path, "unknown key", None, allowed))
+            entries[path] = ["unknown key", None, [", ".join((known_fields or {}).get(parent,
+                                                                                   []))]]
         elif etype == "missing":
-            problems.append(Problem(path, "required key is missing"))
+            entries.setdefault(path, ["required key is missing", None, []])
+        elif path in entries:  # another alternative of a union
+            if entries[path][1] is None and own_path == path:
+                entries[path][1] = value
+            if wants and wants not in entries[path][2]:
+                entries[path][2].append(wants)
+                entries[path][0] = "wrong value"
         else:
-            msg = err["msg"]
-            problems.append(Problem(path, msg, value, _allowed_from_ctx(err)))
-    return problems
+            msg = f"key {value!r} not allowed" if is_key else _message(etype, err["msg"])
+            if own_path != path:
+                value = None  # an item's value; the union's own comes with its next error
+            entries[path] = [msg, value, [wants] if wants else []]
+    out = []
+    for path, (msg, value, wants) in entries.items():
+        allowed = " or ".join(w for w in wants if w)
+        if msg in ("wrong type", "wrong value") and allowed:
+            msg = f"{msg}: must be {allowed}"
+        out.append(Problem(path, msg, value, allowed))
+    return out
 
 
 def field_names(model: type[BaseModel]) -> list[str]:
@@ -69,26 +224,35 @@ def field_names(model: type[BaseModel]) -> list[str]:
 
 
 def read_yaml(path: str | Path, what: str = "scenario") -> Any:
-    """Parse a YAML input file; a missing file or malformed YAML (with line and column) is a
+    """Parse a YAML input file with the bounds of :mod:`twin.kernel.reading` (size, UTF-8,
+    nesting, alias expansion, unique keys); any problem, with line and column, is a
     :class:`~twin.kernel.errors.ScenarioError`."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError([Problem("", f"{what} file not found", str(p),
-                                     "a path to a YAML file")], source=str(p))
-    try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError([Problem("", f"malformed YAML{where}: {reason}")],
-                            source=str(p)) from None
+    from twin.kernel.reading import read_yaml_file
+
+    return read_yaml_file(path, what)
+
+
+def kind_of(value: Any) -> str:
+    """What a YAML value is, in words (for messages; never a Python type name)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a text"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return "a value of another kind"
 
 
 def require_mapping(raw: Any, what: str, allowed: str, source: str) -> dict[str, Any]:
     """``raw`` if it is a mapping; otherwise a :class:`~twin.kernel.errors.ScenarioError` saying
     that a ``what`` must be one (``allowed``: its top-level keys, for the message)."""
     if not isinstance(raw, dict):
-        raise ScenarioError([Problem("", f"a {what} must be a YAML mapping",
-                                     type(raw).__name__, allowed)], source=source)
+        raise ScenarioError([Problem("", f"a {what} must be a YAML mapping, not "
+                                     f"{kind_of(raw)}", None, allowed)], source=source)
     return raw
