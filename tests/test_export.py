@@ -214,4 +214,4 @@ def test_export_of_a_missing_or_foreign_file_is_a_clear_error(tmp_path, capsys):
     bad.write_bytes(b"not hdf5")
     assert main(["export", str(bad), "-o", str(tmp_path / "a.json")]) == 2
     err = capsys.readouterr().err
-    assert "not found" in err and "not a readable HDF5 trace" in err
+    assert "not found" in err and "not a meshtwin trace" in err

@@ -140,10 +140,9 @@ def test_report_cli_html_json_and_run_report(tmp_path, capsys):
     scen = tmp_path / "s.yaml"
     import yaml
 
-    raw = scenario_dict()
-    raw["trace"] = {"path": str(tmp_path / "run.h5")}
-    scen.write_text(yaml.safe_dump(raw))
-    assert main(["run", str(scen), "--report", str(tmp_path / "run.html")]) == 0
+    scen.write_text(yaml.safe_dump(scenario_dict()))
+    assert main(["run", str(scen), "-o", str(tmp_path / "run.h5"),
+                 "--report", str(tmp_path / "run.html")]) == 0
     assert (tmp_path / "run.html").is_file() and "verdict:" in capsys.readouterr().out
 
 

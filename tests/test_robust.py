@@ -321,12 +321,37 @@ def test_output_paths_are_checked_before_simulating(tmp_path, capsys, monkeypatc
         os.mkfifo(device)
     cases = [("-o", "adir"), ("-o", "/proc/meshtwin.h5"), ("-o", str(device)),
              ("-o", "n" * 300 + ".h5"), ("-o", "notes.txt"), ("-o", ""),
-             ("--plot", "adir"), ("--plot", "/proc/p.png"), ("--plot", "notes.txt")]
+             ("--plot", "adir"), ("--plot", "/proc/p.png"), ("--plot", "notes.txt"),
+             ("--report", "adir"), ("--report", str(device)), ("--report", "notes.txt")]
     for flag, target in cases:
         code, _, err = _cli(capsys, "run", path, flag, target)
         assert code == 2 and flag in err, (flag, target, err)
     assert notes.read_text() == "precious\n"
     assert not stat.S_ISREG(os.stat(device).st_mode)
+
+
+def test_export_and_report_outputs_are_checked_before_reading(tmp_path, capsys,
+                                                              monkeypatch, good_trace):
+    """``twin export -o`` and ``twin report -o`` refuse a folder, a device node and a foreign
+    file before any work, and leave the foreign file alone."""
+    import twin.export
+    import twin.report
+
+    monkeypatch.setattr(twin.export, "export_trace", _must_not_run)
+    monkeypatch.setattr(twin.report, "build_report", _must_not_run)
+    monkeypatch.chdir(tmp_path)
+    trace = tmp_path / "g.h5"
+    trace.write_bytes(good_trace)
+    (tmp_path / "adir").mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for command in ("export", "report"):
+        for target in ("adir", str(fifo), "notes.txt", "/proc/t.json"):
+            code, _, err = _cli(capsys, command, str(trace), "-o", target)
+            assert code == 2 and "-o" in err, (command, target, err)
+    assert notes.read_text() == "precious\n"
 
 
 def test_scenario_cannot_write_outside_the_working_directory(tmp_path, capsys, monkeypatch):

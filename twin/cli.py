@@ -137,6 +137,8 @@ class RunCommand(Command):
                 check_output(scen.trace_path, "trace.path", "trace", args.force)
         if args.plot:
             check_output(args.plot, "--plot", "png", args.force)
+        if args.report_html:
+            check_output(args.report_html, "--report", "html", args.force)
         result = run(scen, trace_path=args.output)
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
@@ -306,13 +308,17 @@ class ExportCommand(Command):
         p.add_argument("--window", metavar="T0:T1", help="only this time window, seconds")
         p.add_argument("--devices", metavar="LIST",
                        help="only the rank classes holding these devices, e.g. 0-3,8")
+        p.add_argument("--force", action="store_true",
+                       help="overwrite an existing output that is not a timeline")
         p.add_argument("--max-mb", type=float, default=DEFAULT_MAX_MB,
                        help=f"cut the timeline to stay under this size (default "
                             f"{DEFAULT_MAX_MB:g} MB)")
 
     def run(self, args):
         from twin.export import export_trace
+        from twin.outputs import check_output
 
+        check_output(args.output, "-o", "timeline", args.force)
         r = export_trace(args.trace, args.output, args.format, args.window, args.devices,
                          args.max_mb)
         print(f"{r.format}: {r.path} ({r.slices} slices, {r.flows} flows, {r.counters} "
@@ -331,10 +337,15 @@ class ReportCommand(Command):
         add_report_arguments(p)
         p.add_argument("trace", help="trace file (.h5)")
         p.add_argument("--json", action="store_true", help="print the report as JSON")
+        p.add_argument("--force", action="store_true",
+                       help="overwrite an existing output that is not an HTML report")
 
     def run(self, args):
+        from twin.outputs import check_output
         from twin.report import build_report, format_report
 
+        if args.report_html:
+            check_output(args.report_html, "-o", "html", args.force)
         rep = build_report(args.trace, args.sweep)
         if args.json:
             print(json.dumps(rep, indent=2))

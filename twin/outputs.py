@@ -87,7 +87,9 @@ def check_output(path: str | Path, key: str = "-o", kind: str = "trace",
 
 
 _KIND_WORDS = {"trace": "meshtwin trace", "png": "PNG image",
-               "table": "table this command writes (CSV, Parquet, JSON or text)"}
+               "table": "table this command writes (CSV, Parquet, JSON or text)",
+               "timeline": "timeline this command writes (.pftrace, JSON or gzip JSON)",
+               "html": "HTML report"}
 
 
 def _is_own_kind(p: Path, kind: str) -> bool:
@@ -109,6 +111,11 @@ def _is_own_kind(p: Path, kind: str) -> bool:
         return True
     if kind == "png":
         return head == PNG_SIGNATURE or p.stat().st_size == 0
+    if kind == "timeline":  # gzip, JSON, or a Perfetto protobuf by its name
+        return (head.startswith((b"\x1f\x8b", b"{")) or p.suffix == ".pftrace"
+                or p.stat().st_size == 0)
+    if kind == "html":
+        return head.lower().startswith((b"<!doctype", b"<html")) or p.stat().st_size == 0
     return head.startswith(PARQUET_SIGNATURE) or b"\x00" not in head
 
 

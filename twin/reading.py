@@ -1,9 +1,9 @@
 """One place where the analysis commands (``twin export``, ``twin report``) open a trace.
 
 Everything they read goes through :class:`TraceData`: a trace file that is missing, not HDF5,
-or not a complete meshtwin trace gives a :class:`~twin.kernel.errors.ScenarioError` naming the
-file and what is wrong (exit code 2 at the command line), never a traceback. When the trace
-reader gains its shared validation helper, this module is the only one to switch to it.
+or not a complete meshtwin trace gives a :class:`~twin.kernel.errors.TraceError` naming the
+file and what is wrong (exit code 2 at the command line), never a traceback: it opens every
+trace through the trace reader's shared check :func:`twin.kernel.trace.open_trace`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from twin.kernel.errors import ScenarioError
-from twin.trace import list_tables, read_attrs, read_table
+from twin.kernel.errors import ScenarioError, TraceError
+from twin.kernel.trace import open_trace
+from twin.trace import list_tables, read_table
 
 
 class TraceData:
@@ -30,12 +31,9 @@ class TraceData:
     def __init__(self, path: str | Path, need: tuple[str, ...] = ("ops",)):
         self.path = Path(path)
         if not self.path.is_file():
-            raise ScenarioError(f"trace file not found: {self.path}")
-        try:
-            self.tables = set(list_tables(self.path))
-            self.attrs = read_attrs(self.path)
-        except OSError as exc:
-            raise ScenarioError(f"{self.path} is not a readable HDF5 trace ({exc})") from None
+            raise TraceError(f"{self.path}: trace file not found")
+        self.attrs = open_trace(self.path)
+        self.tables = set(list_tables(self.path))
         if "summary" not in self.attrs or "scenario" not in self.attrs:
             raise ScenarioError(f"{self.path} has no summary or scenario (not a complete "
                                 "meshtwin trace?)")
@@ -44,6 +42,7 @@ class TraceData:
             raise ScenarioError(f"{self.path} lacks table(s) {', '.join(missing)} (the scenario's "
                                 f"trace.tables left them out); present: "
                                 f"{', '.join(sorted(self.tables)) or 'none'}")
+        open_trace(self.path, need=need)  # the needed tables are readable and whole
         self._cache: dict[str, pd.DataFrame] = {}
 
     @property
