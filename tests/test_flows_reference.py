@@ -47,9 +47,10 @@ def fluid(cap, transfers, cuts=()):
     """Completion time of every transfer in a plain fluid simulation.
 
     ``transfers``: dicts with ``start`` (s), ``routes`` (lists of link ids), ``sizes`` (bytes
-    per flow), ``steps`` (bulk-synchronous steps, default 1) and ``latency`` (s, added after the
-    last byte). ``cuts``: ``(t_cut, transfer, flow, t_resume, new_route)``: the flow stops at
-    ``t_cut`` and continues from where it was at ``t_resume`` on ``new_route``.
+    per flow), ``steps`` (bulk-synchronous steps, default 1), ``latency`` (s, added after the
+    last byte) and ``after`` (optional index of a transfer on whose completion this one starts
+    instead of at ``start``). ``cuts``: ``(t_cut, transfer, flow, t_resume, new_route)``: the
+    flow stops at ``t_cut`` and continues from where it was at ``t_resume`` on ``new_route``.
     """
     tr = []
     for d in transfers:
@@ -57,12 +58,15 @@ def fluid(cap, transfers, cuts=()):
         tr.append(dict(start=d["start"], routes=[list(r) for r in d["routes"]], steps=steps,
                        step_bytes=[s / steps for s in d["sizes"]], latency=d.get("latency", 0.0),
                        step=0, left=[s / steps for s in d["sizes"]], cut=set(),
-                       started=False, done_at=None, drained=None))
+                       started=False, done_at=None, drained=None, after=d.get("after")))
     pending = sorted(cuts)
     resumes = []
     t = 0.0
     for _ in range(100000):
         for k in tr:  # starts
+            if k["after"] is not None:
+                prev = tr[k["after"]]["done_at"]
+                k["start"] = prev if prev is not None else math.inf
             if not k["started"] and k["start"] <= t + 1e-15:
                 k["started"] = True
                 k["left"] = [0.0 if not r else b for r, b in zip(k["routes"], k["step_bytes"],
@@ -96,6 +100,7 @@ def fluid(cap, transfers, cuts=()):
                  for f in range(len(k["left"])) if k["left"][f] > 0 and f not in k["cut"]]
         rates = water_fill([tr[i]["routes"][f] for i, f in flows], list(cap))
         nxt = [k["start"] - t for k in tr if not k["started"]]
+        nxt += [k["done_at"] - t for k in tr if k["done_at"] is not None and k["done_at"] > t]
         nxt += [c[0] - t for c in pending] + [r[0] - t for r in resumes]
         nxt += [tr[i]["left"][f] / r for (i, f), r in zip(flows, rates, strict=True)]
         dt = min(nxt)
