@@ -278,3 +278,68 @@ def test_steps_with_a_cut_flow_wait_for_the_resend():
     transfers = [dict(start=0.0, routes=[[0], [1], [2]], sizes=[30.0, 30.0, 12.0], steps=3),
                  dict(start=0.2, routes=[[1, 4]], sizes=[5.0])]
     _check(transfers, cuts=[(0.5, 0, 0, 1.5, [3]), (2.2, 0, 1, 2.4, [4])])
+
+
+def test_a_one_step_transfer_has_no_barrier():
+    """Flow 0 (10 B at 10 B/s) and flow 1 (2 B at 1 B/s) of one transfer: flow 0 sends at full
+    rate until it is done at t = 1, whatever flow 1 does (a barrier halfway would park it at
+    t = 0.5)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 1.0]))
+    tr = net.transfer([[0], [1]], [10.0, 2.0])
+    env.run(until=0.7)
+    assert net.rates()[tr.id] == pytest.approx(water_fill([[0], [1]], [10.0, 1.0]))
+    env.run(until=1.5)
+    assert net.rates()[tr.id] == pytest.approx([0.0, 1.0])
+    assert net.n_active_flows == 1
+    env.run()
+    assert env.now == pytest.approx(2.0)
+    assert net.n_components == 0 and net.n_active_flows == 0 and not net.transfers
+
+
+def test_rates_equal_the_reference_at_every_event():
+    """After every start and completion, the engine's rates are the water-filling rates of the
+    flows still sending (their routes taken from the transfers)."""
+    rng = np.random.default_rng(5)
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.asarray(CAP))
+    checks = []
+
+    def check():
+        yield env.timeout(0)  # after the engine handled the event
+        live = [(tr, i) for tr in net.transfers.values() for i in np.flatnonzero(tr.active)]
+        got = np.array([net.rates()[tr.id][i] for tr, i in live])
+        ref = water_fill([tr.routes[i].tolist() for tr, i in live], list(CAP))
+        assert got == pytest.approx(ref, rel=1e-9)
+        checks.append(len(live))
+
+    def start(t, routes, sizes, steps):
+        yield env.timeout(t)
+        tr = net.transfer(routes, sizes, steps=steps)
+        env.process(check())
+        tr.on_done.append(lambda _t: env.process(check()))
+
+    for k in range(15):
+        nf = int(rng.integers(1, 4))
+        routes = [sorted(set(rng.integers(0, 5, int(rng.integers(1, 3))).tolist()))
+                  for _ in range(nf)]
+        env.process(start(float(rng.uniform(0, 4)), routes, rng.uniform(1, 20, nf).tolist(),
+                          1 + k % 3))
+    env.run()
+    assert len(checks) == 30 and max(checks) > 3
+
+
+def test_route_pattern_cache_reuses_allocations():
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 10.0]))
+    assert (net.recomputes, net.cache_hits) == (0, 0)
+    a = net.transfer([[0], [1]], [10.0, 10.0], key="p")
+    env.run()
+    assert (net.recomputes, net.cache_hits) == (1, 0)
+    b = net.transfer([[0], [1]], [10.0, 10.0], key="p")
+    env.run()
+    assert (net.recomputes, net.cache_hits) == (1, 1)
+    assert a.finished and b.finished and env.now == pytest.approx(2.0)
+    assert a.id != b.id
+    assert net.link_bytes == pytest.approx([20.0, 20.0])
+    assert net.link_busy == pytest.approx([2.0, 2.0])
