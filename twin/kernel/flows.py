@@ -114,7 +114,12 @@ class Transfer:
         self.id = tid
         self.steps = max(1, int(steps))
         self.step_size = size / self.steps  # bytes of each flow per step
+        pos = size > 0
+        self._per_step = np.zeros(len(size))  # 1 / step_size (0 for empty flows)
+        self._per_step[pos] = self.steps / size[pos]
         self.parked = np.zeros(len(size), dtype=bool)  # finished the current step, waiting
+        # equal bytes per flow (collectives): in step whenever rates and remaining bytes agree
+        self.uniform = self.steps > 1 and len(size) > 0 and float(np.ptp(size)) == 0.0
         self._env = env
         self._done: simpy.Event | None = None
         self.finished = False
@@ -164,19 +169,18 @@ class Transfer:
 
     def steps_left(self) -> np.ndarray:
         """Steps each flow has not finished (a flow at a step end has finished that step)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.where(self.step_size > 0, self.remaining / self.step_size, 0.0)
-        return np.maximum(np.ceil(q - 1e-6), 0.0)
+        q = np.ceil(self.remaining * self._per_step - 1e-6)
+        return np.maximum(q, 0.0, out=q)
 
     def park_ahead(self) -> bool:
         """Park active flows that finished the current step while others have not; release
         every parked flow when none is behind. Returns True when a barrier was released."""
         if self.steps == 1:
             return False
-        left = self.steps_left()
         pending = self.remaining > 0
         if not pending.any():
             return False
+        left = self.steps_left()
         top = left[pending].max()
         ahead = pending & (left < top)
         if ahead.any():
@@ -575,6 +579,11 @@ class FlowNetwork:
         """Remaining bytes of ``tr``'s active flows at the end of the current step, or None
         when every unfinished flow is active and all take the same time per step and to the
         end of the step (they then stay in step without per-step events)."""
+        if tr.uniform and len(act) == len(tr.size):  # the common case, checked cheaply
+            rem = tr.remaining
+            if (rate.max() - rate.min() <= 1e-9 * rate.max()
+                    and rem.max() - rem.min() <= 1e-9 * tr.step_size[0]):
+                return None
         left = tr.steps_left()
         pending = tr.remaining > 0
         top = left[pending].max() if pending.any() else 0.0
