@@ -209,3 +209,19 @@ def test_data_instructions_feed_the_first_stage():
     assert all(prog[k + 1][:3] == (COMPUTE, "embed_fwd", prog[k][1]) for k in data)
     assert not [i for i in build_program(work(1, pp, m, load_input=True), "1f1b")
                 if i[0] == DATA]
+
+
+def test_interleaved_with_one_chunk_is_1f1b_and_tp2_has_collectives():
+    for s in range(4):
+        assert unit_order("interleaved", s, 4, 8, 1) == unit_order("1f1b", s, 4, 8, 1)
+    prog = build_program(work(0, 2, 3, layers=2, tp=2), "1f1b")
+    assert Counter(i[1] for i in prog if i[0] == TP) == {"allreduce": 4 * 3 * 2}
+
+
+def test_stage_work_reads_no_input_by_default():
+    w = StageWork(stage=0, pp=1, virtual=1, microbatches=2, chunk_layers=(1,), tp=1,
+                  sequence_parallel=False, recompute="none", activation_bytes=1.0,
+                  layer_grad_bytes=1.0, embed_grad_bytes=0.0, head_grad_bytes=0.0,
+                  bucket_bytes=1.0)
+    assert not w.load_input
+    assert not [i for i in build_program(w, "1f1b") if i[0] == DATA]

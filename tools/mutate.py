@@ -206,9 +206,12 @@ def _apply(node: ast.AST, payload: tuple) -> ast.AST | None:
     return None
 
 
+_SOURCES: dict[str, str] = {}  # module -> its text when the mutants were made (a snapshot)
+
+
 def mutants(module: str) -> list[Mutant]:
     """Every mutant of ``module`` (path relative to the repository root)."""
-    src = (ROOT / module).read_text()
+    src = _SOURCES.setdefault(module, (ROOT / module).read_text())
     tree = ast.parse(src)
     skip = _skip_ids(tree)
     names = _qualnames(tree)
@@ -229,7 +232,7 @@ def mutants(module: str) -> list[Mutant]:
 
 def mutated_source(m: Mutant) -> str:
     """Source text of the module with mutant ``m`` applied."""
-    tree = ast.parse((ROOT / m.module).read_text())
+    tree = ast.parse(_SOURCES.get(m.module) or (ROOT / m.module).read_text())
     nodes = list(ast.walk(tree))
     target = nodes[m.index]
     payloads = [p for kind, op, p in _candidates(target) if kind == m.kind and op == m.op]
@@ -393,11 +396,17 @@ def main(argv: list[str] | None = None) -> int:
             counts: Counter = Counter(equivalent=n_eq)
 
             def one(m: Mutant, tests=tests, limit=limit) -> tuple[Mutant, str, float]:
-                st, secs = box().run(tests, limit, m.module, mutated_source(m))
+                try:
+                    st, secs = box().run(tests, limit, m.module, mutated_source(m))
+                except Exception as exc:  # a mutant that cannot be built is reported, not fatal
+                    print(f"  error {m.id}: {exc}", file=sys.stderr, flush=True)
+                    return m, "error", 0.0
                 return m, st, secs
 
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-                for m, st, secs in ex.map(one, todo):
+                for k, (m, st, secs) in enumerate(ex.map(one, todo), 1):
+                    if k % 20 == 0:
+                        print(f"  ... {k}/{len(todo)} {dict(counts)}", flush=True)
                     counts[st] += 1
                     rows.append(dict(module=module, id=m.id, kind=m.kind, line=m.line,
                                      op=m.op, snippet=m.snippet, status=st,
