@@ -195,10 +195,18 @@ def test_gradient_buckets_carry_every_gradient_once(schedule, v, bucket):
         assert all(i[2] >= bucket for i in dp[:-1])
         if bucket >= 1e9:
             assert len(dp) == 1
-        # no bucket starts before the first backward of the last microbatch of some chunk
-        first_b_last_mb = min(k for k, i in enumerate(prog) if i[0] == COMPUTE
-                              and i[1] in ("mlp_bwd", "logits_bwd") and i[2] == m - 1)
-        assert all(prog.index(i) > first_b_last_mb for i in dp)
+        # a chunk's gradients are complete only in its final backward unit (the last B of
+        # that chunk in the stage's order): no bucket starts before the earliest of those
+        final = {}
+        for kind, c, mb in unit_order(schedule, s, pp, m, v):
+            if kind == "B":
+                final[c] = mb
+        starts = [min(k for k, i in enumerate(prog) if i[0] == COMPUTE and i[1] == "mlp_bwd"
+                      and (i[2], i[3]) == (mb, c)) for c, mb in final.items()]
+        assert all(prog.index(i) > min(starts) for i in dp)
+        if v == 1:
+            assert all(prog.index(i) > starts[0] for i in dp)
+            assert final[0] == (0 if schedule == "gpipe" else m - 1)
 
 
 def test_data_instructions_feed_the_first_stage():
