@@ -233,3 +233,12 @@ def test_stage_work_reads_no_input_by_default():
                   bucket_bytes=1.0)
     assert not w.load_input
     assert not [i for i in build_program(w, "1f1b") if i[0] == DATA]
+
+
+def test_tiny_gradients_still_reach_a_bucket():
+    w = StageWork(stage=0, pp=1, virtual=1, microbatches=2, chunk_layers=(3,), tp=1,
+                  sequence_parallel=False, recompute="none", activation_bytes=1.0,
+                  layer_grad_bytes=0.25, embed_grad_bytes=0.0, head_grad_bytes=0.0,
+                  bucket_bytes=1e9)
+    dp = [i for i in build_program(w, "1f1b") if i[0] == DP_START]
+    assert [i[2] for i in dp] == [0.75]
