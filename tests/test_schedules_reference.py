@@ -54,7 +54,9 @@ def run_reference(programs: list[list[tuple]], pp: int) -> tuple[float, list[flo
     pos = [0] * pp
     clock = [0.0] * pp
     busy = [0.0] * pp
-    sent: dict[tuple, float] = {}   # (receiving stage, tag) -> time the message was sent
+    # (receiving stage, sending stage, tag) -> time the message was sent; a RECV's direction
+    # names its sender (-1: the previous stage, +1: the next), a SEND's its receiver
+    sent: dict[tuple, float] = {}
     last_bwd = 0.0
     progress = True
     while progress:
@@ -65,13 +67,13 @@ def run_reference(programs: list[list[tuple]], pp: int) -> tuple[float, list[flo
                 ins = prog[pos[s]]
                 op = ins[0]
                 if op == RECV:
-                    key = (s, ins[2])
+                    key = (s, (s + ins[1]) % pp, ins[2])
                     if key not in sent:
                         break
                     clock[s] = max(clock[s], sent.pop(key))
                 elif op == SEND:
                     dst = (s + ins[1]) % pp
-                    key = (dst, ins[2])
+                    key = (dst, s, ins[2])
                     assert key not in sent, f"message {key} sent twice"
                     sent[key] = clock[s]
                 elif op == COMPUTE:
