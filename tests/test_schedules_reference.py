@@ -151,6 +151,9 @@ def test_every_block_once_and_backward_in_reverse_layer_order(schedule, v):
                     idx = {b: blocks.index((b, mb, c, lay)) for b in
                            ("attn_fwd", "mlp_fwd", "mlp_bwd", "attn_bwd")}
                     assert idx["attn_fwd"] < idx["mlp_fwd"] < idx["mlp_bwd"] < idx["attn_bwd"]
+        ends = [b for b in blocks if b[0] in ("embed_fwd", "embed_bwd", "logits_fwd",
+                                              "logits_bwd")]
+        assert all(b[3] == -1 for b in ends)           # not a transformer layer
         first = {"embed_fwd": s == 0, "logits_fwd": s == pp - 1}
         for name, present in first.items():
             assert sum(1 for b in blocks if b[0] == name) == (m if present else 0)
