@@ -153,29 +153,6 @@ def test_unstable_or_infinite_variance_means_infinite_wait():
         q.md1_mean_wait(0.1, 0.0)
 
 
-@pytest.mark.parametrize("name, dist", [
-    ("M/H2/1", q.HyperExponential2(1.0, 4.0)),
-    ("M/E2/1", q.Erlang(1.0, 2)),
-])
-def test_pk_against_simulation_over_seeds(name, dist):
-    """Mean wait of simulated M/G/1 queues (rho = 0.6) within 4 standard errors of P-K for
-    each seed (batch means, 20 batches: P(|t_19| > 4) < 0.1%) and pooled within 3."""
-    lam = 0.6
-    theory = lam * dist.second_moment / (2 * (1 - lam * dist.mean))
-    means, ses = [], []
-    for seed in range(4):
-        rng = np.random.default_rng([15, seed])
-        a = np.cumsum(rng.exponential(1 / lam, 150_000))
-        s = dist.sample(rng, 150_000)
-        w = q.fifo_queue(a, s).waits[15_000:]
-        bm = q.batch_means(w, 20)
-        assert abs(bm.mean - theory) <= 4 * bm.standard_error, (name, seed, bm.mean, theory)
-        means.append(bm.mean)
-        ses.append(bm.standard_error)
-    pooled_se = math.sqrt(sum(x * x for x in ses)) / len(ses)
-    assert abs(float(np.mean(means)) - theory) <= 3 * pooled_se
-
-
 # ----------------------------------------------------------------------------- Little
 @pytest.mark.parametrize("seed", range(3))
 def test_time_average_number_equals_the_event_sweep(seed):
@@ -210,3 +187,26 @@ def test_littles_law_sides_measured_plainly():
     assert empty.number_in_system == 0.0 and empty.relative_gap == 0.0
     with pytest.raises(ScenarioError):
         q.littles_law([], [])
+
+
+@pytest.mark.parametrize("name, dist", [
+    ("M/H2/1", q.HyperExponential2(1.0, 4.0)),
+    ("M/E2/1", q.Erlang(1.0, 2)),
+])
+def test_pk_against_simulation_over_seeds(name, dist):
+    """Mean wait of simulated M/G/1 queues (rho = 0.6) within 4 standard errors of P-K for
+    each seed (batch means, 20 batches: P(|t_19| > 4) < 0.1%) and pooled within 3."""
+    lam = 0.6
+    theory = lam * dist.second_moment / (2 * (1 - lam * dist.mean))
+    means, ses = [], []
+    for seed in range(4):
+        rng = np.random.default_rng([15, seed])
+        a = np.cumsum(rng.exponential(1 / lam, 150_000))
+        s = dist.sample(rng, 150_000)
+        w = q.fifo_queue(a, s).waits[15_000:]
+        bm = q.batch_means(w, 20)
+        assert abs(bm.mean - theory) <= 4 * bm.standard_error, (name, seed, bm.mean, theory)
+        means.append(bm.mean)
+        ses.append(bm.standard_error)
+    pooled_se = math.sqrt(sum(x * x for x in ses)) / len(ses)
+    assert abs(float(np.mean(means)) - theory) <= 3 * pooled_se
