@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         for module, ms in plan.items():
             for m in ms:
                 eq = " [equivalent]" if (module, m.id) in equivalent else ""
-                print(f"{module}:{m.line}: {m.kind:6s} {m.op:28s} {m.snippet}{eq}")
+                print(f"{module}:{m.line}: {m.kind:6s} {m.op:28s} {m.snippet}{eq}\n    id: {m.id}")
         return 0
 
     rows: list[dict] = []
