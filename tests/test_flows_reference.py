@@ -382,3 +382,41 @@ def test_a_transfer_without_flows_completes_at_once(key):
     local = net.transfer([[]], [5.0], latency=0.25)   # a local copy: only the latency
     env.run()
     assert local.finished and env.now == pytest.approx(0.25)
+
+
+def test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut():
+    """Flow 1 ends step 1 and is parked, then both flows are cut; flow 1 comes back first
+    (still ahead: parked again, nothing sends), flow 0 later. The transfer must not end
+    before flow 0 has delivered everything."""
+    transfers = [dict(start=0.0, routes=[[0], [1]], sizes=[20.0, 10.0], steps=2)]
+    cuts = [(0.6, 0, 1, 0.8, [2]), (0.7, 0, 0, 1.5, [3])]
+    ends, _net = _check(transfers, cuts)
+    # flow 0: 7 B by 0.7, the other 3 B of step 1 from 1.5 over link 3 (6 B/s, to 2.0), step
+    # 2 (10 B) to 2.0 + 10/6
+    assert ends[0] == pytest.approx(2.0 + 10 / 6)
+
+
+def test_cached_allocations_of_several_transfers_give_the_same_times():
+    """Two keyed transfers sharing link 1 run twice: the second time their allocation comes
+    from the cache (the slices of each transfer must still be its own)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 10.0, 4.0]))
+    times = []
+    for _ in range(2):
+        t0 = env.now
+        a = net.transfer([[0, 1], [2]], [10.0, 8.0], key="a")
+        b = net.transfer([[1]], [30.0], key="b")
+        env.run()
+        times.append((env.now - t0, a.finished, b.finished))
+    ref = fluid([10.0, 10.0, 4.0], [dict(start=0.0, routes=[[0, 1], [2]], sizes=[10.0, 8.0]),
+                                    dict(start=0.0, routes=[[1]], sizes=[30.0])])
+    assert times[0] == times[1] == (pytest.approx(max(ref)), True, True)
+    assert net.cache_hits >= 1
+
+
+def test_sub_byte_steps_keep_the_barrier():
+    ring = dict(start=0.0, routes=[[0], [1], [2]], sizes=[1.5, 1.5, 1.5], steps=3)
+    bg = [dict(start=0.02 * k, routes=[[k % 3]], sizes=[0.05]) for k in range(8)]
+    cap = [1.0, 1.0, 1.0]
+    ends, _ = engine_run(cap, [ring, *bg])
+    assert ends == pytest.approx(fluid(cap, [ring, *bg]), rel=1e-9)
