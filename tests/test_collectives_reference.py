@@ -51,9 +51,10 @@ def test_ring_phase_is_the_ring(op, steps, p):
 
 
 @pytest.mark.parametrize("op", C.OPS)
-def test_bidirectional_ring_sends_half_each_way(op):
-    p, n = 4, 800.0
-    g = np.array([[3, 1, 0, 2]])
+@pytest.mark.parametrize("members, n", [([3, 1, 0, 2], 800.0), ([5, 2], 1.0)])
+def test_bidirectional_ring_sends_half_each_way(op, members, n):
+    p = len(members)
+    g = np.array([members])
     (ph,) = C.collective_phases(op, "bidir_ring", g, n, None)
     fwd = Counter((int(g[0, i]), int(g[0, (i + 1) % p])) for i in range(p))
     bwd = Counter((int(g[0, (i + 1) % p]), int(g[0, i])) for i in range(p))
@@ -68,6 +69,11 @@ def test_trivial_groups_and_empty_buffers_send_nothing():
         assert C.collective_phases(op, "ring", np.array([[0, 1]]), 0.0, None) == []
         assert C.ring(op, np.array([[0]]), 1e6) == []
         assert C.bidirectional(op, np.array([[0, 1]]), 0.0) == []
+        # a sub-byte buffer still moves (no threshold above zero)
+        assert C.ring(op, np.array([[0, 1]]), 0.5)[0].total_bytes > 0
+        sw = build_topology("switched", (2, 2), "a", nic_link="b")
+        assert C.collective_phases(op, "rail_rings", np.array([[0, 1, 2, 3]]), 0.5, sw)
+        assert C.collective_phases(op, "rail_rings", np.array([[0, 1, 2, 3]]), 0.0, sw) == []
     assert C.point_to_point(np.array([], dtype=int), np.array([], dtype=int), 5.0) == []
     assert C.point_to_point(np.array([1]), np.array([2]), 0.0) == []
     (ph,) = C.point_to_point(np.array([1, 3]), np.array([2, 0]), 5.0)
@@ -78,12 +84,12 @@ def test_trivial_groups_and_empty_buffers_send_nothing():
 
 
 @pytest.mark.parametrize("op", C.OPS)
-def test_torus2d_phases_are_row_and_column_rings(op):
+@pytest.mark.parametrize("n", [1600.0, 1.0])
+def test_torus2d_phases_are_row_and_column_rings(op, n):
     """4x2 sub-grid of a 4x4 torus: X = 4 (rows), Y = 2. All-reduce: RS over rows of n,
     AR over columns of n/X, AG over rows; RS: RS rows, RS columns; AG: AG columns, AG rows."""
     topo = build_topology("torus2d", (4, 4), "a")
     devs = np.array([[0, 1, 2, 3, 4, 5, 6, 7]])      # y in {0, 1}, x in 0..3
-    n = 1600.0
     phases = C.collective_phases(op, "torus2d", devs, n, topo)
     rows = Counter()
     for r in ([0, 1, 2, 3], [4, 5, 6, 7]):
