@@ -139,6 +139,10 @@ def test_rail_rings_every_channel_is_a_ring_through_every_rank():
         # exactly one hop enters each node from another node (one NIC crossing per node)
         cross = [(a, b) for a, b in nxt.items() if a // 4 != b // 4]
         assert len(cross) == 3 and len({b // 4 for _, b in cross}) == 3
+        # node segments alternate direction, so node j -> j + 1 leaves and enters on the same
+        # rail (member index); only the ring's closing hop may change rail
+        same_rail = [a % 4 == b % 4 for a, b in cross if b // 4 == a // 4 + 1]
+        assert len(same_rail) == 2 and all(same_rail)
         # channel c enters node 0 at member c (crossings land on distinct rails per channel)
         assert [b % 4 for a, b in cross if b // 4 == 0] == [c]
 
