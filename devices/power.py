@@ -14,12 +14,14 @@ voltage ``V_k`` from the catalog's voltage-frequency table) and die temperature 
 
 Two catalog figures pin the unknowns. ``idle_w`` is the board power of an idle device at its
 lowest P-state and ``T_ref`` (what an idle-power measurement sees), which gives ``P_base``.
-``tdp_w`` is the board power with the math units and HBM fully busy at the top P-state at the
-temperature limit (the worst case a cooling design must carry), which gives ``P_dyn,max``. So a
-device never draws more than its TDP while its temperature stays under its limit. Without the
+``tdp_w`` is the board power of a dense GEMM (math units fully busy, little HBM traffic) at the
+top P-state at the temperature limit, which gives ``P_dyn,max``: dense GEMMs run at the board's
+power limit (NVIDIA quotes the A100's HPL peak at the 1305 MHz it sustains at 400 W). A kernel
+keeping both math and HBM busy may want more; the firmware power limit (``power.cap_w``,
+default ``tdp_w``) holds the board at it by stretching the kernel. Without the
 detailed catalog fields the model reduces to the basic one: one P-state, no leakage (all idle
 power is ``P_base``), an ideal regulator, constant temperature:
-``P = idle_w + u (tdp_w - idle_w - P_hbm,max) + HBM bytes/s x pJ/bit``.
+``P = idle_w + u (tdp_w - idle_w) + HBM bytes/s x pJ/bit`` (held at ``tdp_w``).
 """
 
 from __future__ import annotations
@@ -201,7 +203,12 @@ class DevicePower:
         self.base_w = idle_chip - self.leakage(len(self.mhz) - 1, self.leak_ref_c)
         t_tdp = self.thermal.limit_c if self.thermal else self.leak_ref_c
         full_chip = self.regulator.output_for_input(spec.tdp_w)
-        self.dyn_max_w = full_chip - self.base_w - self.leakage(0, t_tdp) - self.hbm_max_w
+        # tdp_w is what a dense GEMM draws at the top P-state and the temperature limit: the
+        # tensor cores fully busy, its own HBM traffic small (dense GEMMs run at the board
+        # power limit: NVIDIA quotes A100 HPL Rpeak at the 1305 MHz it sustains at 400 W,
+        # glennklockwood.com/garden/peak-FLOPS). Math and HBM both busy can want more than
+        # tdp_w; the firmware power limit (PowerSetup.cap_w, default tdp_w) then holds it.
+        self.dyn_max_w = full_chip - self.base_w - self.leakage(0, t_tdp)
 
     @property
     def n_states(self) -> int:
@@ -269,7 +276,7 @@ def check_device_power(spec) -> None:
         raise ValueError(
             f"tdp_w ({spec.tdp_w} W) leaves no dynamic power: base {model.base_w:.1f} W + "
             f"leakage {model.leakage(0, model.thermal.limit_c if model.thermal else 0):.1f} W "
-            f"+ HBM at full bandwidth {model.hbm_max_w:.1f} W (after regulator loss) exceed it")
+            f"(after regulator loss) exceed it")
 
 
 # ----------------------------------------------------------------------------- run setup
@@ -379,7 +386,8 @@ class PowerSetup:
                 self.stage_ps = dict(enumerate(self.plan.states))
         self.wait_ps = (dev.state_of(d.wait_frequency_mhz) if d.wait_frequency_mhz is not None
                         else dev.n_states - 1)
-        self.cap_w = spec.cap_w if spec.cap_w is not None else math.inf
+        # the board's power limit: the scenario's cap, else the firmware default (tdp_w)
+        self.cap_w = spec.cap_w if spec.cap_w is not None else dev.spec.tdp_w
         self.cap_ps = {s: 0 for s in range(pp)}
         if spec.cap_w is not None:
             self._check_cap(spec.cap_w)
