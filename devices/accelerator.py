@@ -261,7 +261,7 @@ class Accelerator:
         self.thermal = setup.thermal
         self.ambient_c = setup.ambient_for(cls)
         self._ambient_next: float | None = None
-        self.temp_c = setup.initial_temp_c(self.ambient_c)
+        self.temp_c = setup.initial_temp_c(self.ambient_c, stage)
         self.stats.max_temp_c = self.temp_c
         th = spec.thermal
         self.temp_limit_c = self.thermal.limit_c if self.thermal else math.inf

@@ -86,7 +86,12 @@ class ThermalSpec(StrictModel):
     ambient_c: AmbientCelsius = Field(default=25.0, description="inlet air temperature, C (ASHRAE "
                                                         "recommended range 18-27 C)")
     initial_c: DieCelsius | None = Field(
-        default=None, description="die temperature at t = 0, C (default: idle steady state)")
+        default=None, description="die temperature at t = 0, C (default: see initial)")
+    initial: Literal["warm", "idle"] = Field(
+        default="warm", description="die temperature at t = 0 when initial_c is not given: "
+                                    "warm = steady state of the stage's own compute load (a "
+                                    "job already running: short runs do not understate "
+                                    "leakage), idle = steady state of an idle device")
     inlet_gradient_k: float = Field(
         default=0.0, description="inlet air temperature added across the grid by position, K "
                                  "(devices.position.inlet_offsets; nonzero turns symmetry off)")
@@ -372,6 +377,17 @@ class PowerSetup:
         self.thermal = dev.thermal if spec.thermal.enabled else None
         self.ambient_c = spec.thermal.ambient_c
         self.class_ambient_c: dict[int, float] = {}  # per-class inlet air (position), C
+        # warm die: mean dynamic chip power of each stage's compute blocks at the top clock
+        self._warm_w: dict[int, float] = {}
+        if spec.thermal.initial == "warm":
+            for s, blocks in stage_blocks.items():
+                busy = e_act = 0.0
+                for b in blocks:
+                    c = compute.block_cost(b)
+                    busy += c.duration_s
+                    e_act += c.compute_j + c.memory_j
+                if busy > 0:
+                    self._warm_w[s] = e_act / busy
         top = dev.state_of(d.frequency_mhz) if d.frequency_mhz is not None else 0
         self.plan = None
         self.stage_ps: dict[int, int] = {s: top for s in range(pp)}
@@ -403,21 +419,25 @@ class PowerSetup:
         """Temperature at which cap decisions evaluate leakage (the throttle limit), C."""
         return self.dev.thermal.limit_c if self.dev.thermal else self.dev.leak_ref_c
 
-    def initial_temp_c(self, ambient_c: float | None = None) -> float:
-        """Die temperature at t = 0: given, or the idle steady state at the ambient (the
-        scenario's, or ``ambient_c`` for a device with its own inlet air)."""
+    def initial_temp_c(self, ambient_c: float | None = None, stage: int | None = None) -> float:
+        """Die temperature at t = 0 at the ambient (the scenario's, or ``ambient_c`` for a
+        device with its own inlet air): given (``initial_c``); warm (default, for ``stage``):
+        the steady state of the stage's compute blocks back to back at the top clock, the
+        temperature of a job that has been running (bubbles and communication not counted:
+        slightly warm-biased); idle (or no stage given): the idle steady state."""
         th = self.spec.thermal
         amb = th.ambient_c if ambient_c is None else ambient_c
         if th.initial_c is not None:
             return th.initial_c
         if self.thermal is None:
             return self.dev.leak_ref_c if self.dev.has_leakage else amb
-        # fixed point of T = T_amb + R P_idle(T) (leakage grows with T): a few iterations
+        warm = self._warm_w.get(stage) if stage is not None else None
+        # fixed point of T = T_amb + R P(T) (leakage grows with T): a few iterations
         t = amb
-        ps = self.dev.n_states - 1
+        ps = self.dev.n_states - 1 if warm is None else 0
         for _ in range(50):
-            t = self.thermal.steady(self.dev.idle_chip_w(ps, t), amb)
-        return t
+            t = self.thermal.steady(self.dev.idle_chip_w(ps, t) + (warm or 0.0), amb)
+        return min(t, self.thermal.limit_c) if warm is not None else t
 
     def ambient_for(self, cls: int) -> float:
         """Inlet air temperature of rank class ``cls``, C (``class_ambient_c`` when the run set
