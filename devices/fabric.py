@@ -23,6 +23,8 @@ withdraws its traffic; its bytes count as ``bytes_dropped``, so
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -57,6 +59,11 @@ class Phase:
     dst: np.ndarray
     nbytes: np.ndarray
     steps: int = 1
+    #: per-step latency set by a communication library's protocol model (``workloads.nccl``)
+    #: in place of the links' sender overhead + hop latencies (None: the links'), s
+    step_latency_s: float | None = None
+    #: latency paid once per execution of the phase (the library's launch/base latency), s
+    base_latency_s: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -112,6 +119,7 @@ class Fabric:
         self.overhead = np.empty(n)
         self.energy_per_byte = np.empty(n)
         self.idle_w = np.empty(n)
+        self.network = np.zeros(n, dtype=bool)  # link leaves the node (NIC / switch fabric)
         for lid in range(n):
             spec = link_specs[topo.edge_attr(lid, "link")]
             count = topo.edge_attr(lid, "count")
@@ -120,6 +128,7 @@ class Fabric:
             self.overhead[lid] = spec.overhead_us * 1e-6
             self.energy_per_byte[lid] = spec.energy_pj_per_bit * 8e-12
             self.idle_w[lid] = spec.idle_w * count / 2.0  # idle power split per direction
+            self.network[lid] = spec.medium in ("infiniband", "ethernet")
         self._plans: dict[Phase, tuple] = {}  # see _plan
         self.keep_plan_links = record is not None  # traced runs keep plan_links
         self.plan_links: list[tuple[int, np.ndarray, np.ndarray]] = []  # (plan, links, bytes)
@@ -286,11 +295,28 @@ class Fabric:
             uniq, inv = np.unique(links, return_inverse=True)
             self.plan_links.append((self._plan_serial, uniq, np.bincount(
                 inv, weights=np.repeat(total, lengths), minlength=len(uniq))))
-        plan = (routes, max((self.step_latency(r) for r in routes), default=0.0), hops,
+        if phase.step_latency_s is not None:
+            alpha = phase.step_latency_s + phase.base_latency_s / max(phase.steps, 1)
+        else:
+            alpha = max((self.step_latency(r) for r in routes), default=0.0)
+        plan = (routes, alpha, hops,
                 per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
                 _per_device(phase.dst, total), row)
         self._plans[phase] = (failed, plan)
         return plan
+
+    def profile(self, phase: Phase) -> tuple[float, bool]:
+        """``(bottleneck bytes/s, crosses the network)`` of one pair's transfer in ``phase``
+        alone on its routes: the slowest link capacity on any pair's route, and whether some
+        route uses an InfiniBand / Ethernet link. ``(inf, False)`` when there is no route."""
+        plan = self._plan(phase)
+        if plan is None or not plan[0]:
+            return math.inf, False
+        links = np.concatenate([np.asarray(r, dtype=np.int64) for r in plan[0] if r] or
+                               [np.zeros(0, dtype=np.int64)])
+        if not len(links):
+            return math.inf, False
+        return float(self.capacity[links].min()), bool(self.network[links].any())
 
     def _route_wait(self, src: int, dst: int):
         """Process body: the route ``src -> dst``, waiting for edges to come back while

@@ -103,11 +103,18 @@ class NetworkSpec(StrictModel):
                                     "(workloads.collectives)")
     dp_algorithm: CollectiveAlgorithm = Field(
         default="auto", description="collective algorithm of data-parallel groups")
+    protocols: Literal["nccl", "links"] = Field(
+        default="nccl", description="nccl: every collective runs with the protocol (LL, "
+                                    "LL128, Simple) NCCL's cost model picks for its size, "
+                                    "with that protocol's latency and bandwidth "
+                                    "(workloads.nccl); links: the links' own overhead and "
+                                    "latency per step, full bandwidth")
 
     @property
     def algorithms(self) -> dict[str, str]:
-        """Algorithm per group kind, as ``workloads.parallel.Layout`` takes them."""
-        return {"tp": self.tp_algorithm, "dp": self.dp_algorithm}
+        """Algorithm per group kind, as ``workloads.parallel.Layout`` takes them (plus the
+        protocol model under ``protocols``)."""
+        return {"tp": self.tp_algorithm, "dp": self.dp_algorithm, "protocols": self.protocols}
 
 
 class SimulationSpec(StrictModel):

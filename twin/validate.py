@@ -274,7 +274,7 @@ def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float
     from topologies.routing import Router
     from twin.catalogs import catalog
     from twin.kernel.engine import Engine
-    from workloads import collectives
+    from workloads import collectives, nccl
 
     specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)
              for name in (link, nic) if name}
@@ -284,7 +284,8 @@ def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float
     fab = Fabric(env, topo, Router(topo), specs)
     group = np.arange(gpus * nodes)[None, :]
     algo = "rail_rings" if nodes > 1 else "ring"
-    t = _run_phases(env, fab, collectives.collective_phases(op, algo, group, payload, topo))
+    phases = collectives.collective_phases(op, algo, group, payload, topo)
+    t = _run_phases(env, fab, nccl.tune_phases(op, phases, payload, gpus * nodes, fab))
     return collectives.bus_bandwidth(op, gpus * nodes, payload, t) / 1e9
 
 
