@@ -127,7 +127,9 @@ class Fabric:
             self.latency[lid] = spec.latency_us * 1e-6
             self.overhead[lid] = spec.overhead_us * 1e-6
             self.energy_per_byte[lid] = spec.energy_pj_per_bit * 8e-12
-            self.idle_w[lid] = spec.idle_w * count / 2.0  # idle power split per direction
+            # constant power: the link's idle power + its switch / NIC / transceiver share,
+            # split per direction
+            self.idle_w[lid] = (spec.idle_w + spec.device_w) * count / 2.0
             self.network[lid] = spec.medium in ("infiniband", "ethernet")
         self._plans: dict[Phase, tuple] = {}  # see _plan
         self.keep_plan_links = record is not None  # traced runs keep plan_links

@@ -180,6 +180,10 @@ class LinkSpec(StrictModel):
         description="per-message software/protocol overhead at the sender, us")
     energy_pj_per_bit: NonNegativeFloat = Field(description="transfer energy, pJ per bit")
     idle_w: NonNegativeFloat = Field(description="power of an idle link (both directions), W")
+    device_w: NonNegativeFloat = Field(
+        default=0.0, description="constant power of the network hardware serving one link "
+                                 "while powered: its share of the switch ASIC(s), the NIC "
+                                 "and the transceivers at its ends, W (counted with idle_w)")
     lanes: int | None = Field(
         default=None, gt=0, description="electrical lanes per direction (Shannon-Hartley bound "
                                         "of twin.limits; None: bound not available)")

@@ -90,7 +90,8 @@ def build(scen: Scenario) -> Model:
     shards = shard_degree(sh, par.dp)
     layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric,
                     algorithms=scen.network.algorithms,
-                    shard=shards if sh.strategy == "hybrid_shard" else None)
+                    shard=shards if sh.strategy == "hybrid_shard" else None,
+                    protocols=scen.network.protocols)
     tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, par.tp,
                           w.sequence_parallel, w.recompute, w.attention)
     m = microbatches(w)

@@ -112,9 +112,8 @@ class NetworkSpec(StrictModel):
 
     @property
     def algorithms(self) -> dict[str, str]:
-        """Algorithm per group kind, as ``workloads.parallel.Layout`` takes them (plus the
-        protocol model under ``protocols``)."""
-        return {"tp": self.tp_algorithm, "dp": self.dp_algorithm, "protocols": self.protocols}
+        """Algorithm per group kind, as ``workloads.parallel.Layout`` takes them."""
+        return {"tp": self.tp_algorithm, "dp": self.dp_algorithm}
 
 
 class SimulationSpec(StrictModel):

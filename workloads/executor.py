@@ -402,7 +402,7 @@ class Executor:
             groups = np.stack([self.layout.group_devices(kind, int(g)) for g in gids])
             phases = collectives.collective_phases(algo, algorithm, groups, nbytes,
                                                    self.layout.topo)
-            if (self.layout.algorithms or {}).get("protocols", "nccl") == "nccl":
+            if self.layout.protocols == "nccl":
                 phases = nccl.tune_phases(algo, phases, nbytes, groups.shape[1], self.fabric)
             self._phase_cache[key] = phases
         return phases

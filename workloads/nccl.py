@@ -15,8 +15,9 @@ messages take LL (latency ~0.5 us a step, a quarter of the bandwidth), large one
 (full bandwidth, ~3.4 us a step on NVLink and ~9.6 us over the network), so the achievable bus
 bandwidth rises with the message size to the link's. The fabric runs the chosen protocol: its
 per-step latency replaces the links' sender overhead, its base latency is paid once per
-collective, and its bandwidth fraction is applied as extra bytes on the wire (the flag words
-of LL / LL128).
+collective, and its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's
+uncontended bandwidth term (the bytes on the wire stay the payload's, so volumes are exact;
+LL is only chosen for small messages, where that term is small).
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def tune_phases(op: str, phases: list, nbytes: float, ranks: int, fabric) -> lis
             step = k["step_latency_nvlink_us"][proto]
             if proto == "LL" and multinode:
                 step *= k["ll_intra_latency_factor_multinode"]
-        base = k["base_latency_us"][proto] if i == 0 else 0.0
-        out.append(replace(ph, nbytes=np.asarray(ph.nbytes, dtype=float) / f,
-                           step_latency_s=step * 1e-6, base_latency_s=base * 1e-6))
+        base = k["base_latency_us"][proto] * 1e-6 if i == 0 else 0.0
+        # the protocol's lower bandwidth as added time: the phase's uncontended bandwidth
+        # term x (1/f - 1); the bytes on the wire stay the payload's
+        slow = float(np.max(ph.nbytes)) * ph.steps / bus * (1.0 / f - 1.0)
+        out.append(replace(ph, step_latency_s=step * 1e-6, base_latency_s=base + slow))
     return out
