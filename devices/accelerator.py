@@ -1,9 +1,12 @@
 """Accelerators: the roofline compute model and the device agent that executes blocks.
 
 A kernel takes ``max(flops / F * f_max / f, bytes / M) + overhead`` seconds, where ``F`` is the
-achievable GEMM throughput at the run's precision (datasheet peak x measured matmul efficiency,
-times the wave-quantization efficiency of the GEMM's shape) for GEMMs and the fp32 vector peak
-for element-wise kernels, ``M`` the achievable HBM bandwidth,
+achievable GEMM throughput at the kernel's precision (datasheet peak x measured matmul
+efficiency, times the wave-quantization efficiency of the GEMM's output shape for the best of
+the device's tiles, divided by ``1 + k_half / k`` for a reduction of length ``k``) for GEMMs,
+the device's fused-attention efficiency for FlashAttention kernels (executing the causal half
+of the scores), and the vector (fp32 CUDA-core / VPU) peak for element-wise kernels, ``M`` the
+achievable HBM bandwidth,
 ``overhead`` the per-kernel launch/tail time (all from the device catalog) and ``f`` the clock:
 math time scales with the clock, memory time does not.
 
@@ -144,6 +147,9 @@ class ComputeModel:
         waves = np.array([best_wave_efficiency(k.shape, units, self.tiles) if k.fused is None
                           else 1.0 for k in ks])
         rate = np.array([self._rate(k) for k in ks]) * waves
+        kh = self.spec.gemm_k_half
+        if kh > 0:  # short main loops: the tile prologue / epilogue is not amortised
+            rate = rate / np.array([1.0 + kh / k.depth if k.depth else 1.0 for k in ks])
         t_math = fl / rate
         t_mem = by / self.mem_bytes_per_s * mem_scale
         dur = np.maximum(t_math * math_scale, t_mem) + self.overhead_s

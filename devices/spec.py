@@ -50,6 +50,10 @@ class DeviceSpec(StrictModel):
         default=None, max_length=64,
         description="further GEMM output tiles the GEMM library may pick; the one with the "
                     "best wave efficiency is used (gemm_tile is always a candidate)")
+    gemm_k_half: NonNegativeFloat = Field(
+        default=0.0, description="reduction length at which a GEMM's main loop runs at half "
+                                 "its peak: math time x (1 + gemm_k_half / k) for the tile "
+                                 "prologue / epilogue (0: no k dependence)")
     vector_tflops: dict[Precision, PositiveFloat] | None = Field(
         default=None, description="peak of the vector units (CUDA cores / VPU) that run "
                                   "element-wise kernels, per precision, TFLOP/s; element-wise "

@@ -71,6 +71,7 @@ class Kernel:
     precision: str | None = None
     fused: str | None = None
     executed: float = 1.0
+    depth: float | None = None  # GEMM reduction length k (None: not a plain GEMM / unknown)
 
 
 @dataclass(frozen=True)
@@ -181,16 +182,16 @@ class TransformerCosts:
         wi = gi if self.precision == "fp8" else self.we
         casts: list[Kernel] = []
         fwd = Kernel(name, 2.0 * m * k * n, (m * k) * gi + (k * n) * wi + (m * n) * e, True,
-                     (1.0, m, n))
+                     (1.0, m, n), depth=k)
         if not backward:
             if self.precision == "fp8":
                 casts.append(Kernel(f"{name}.cast", m * k, m * k * (e + gi), False))
             return casts + [fwd]
         ge = grad_bytes_per_element(self.precision)
         dgrad = Kernel(f"{name}.dgrad", 2.0 * m * k * n, (m * n) * gi + (k * n) * wi + (m * k) * e,
-                       True, (1.0, m, k))
+                       True, (1.0, m, k), depth=n)
         wgrad = Kernel(f"{name}.wgrad", 2.0 * m * k * n, (m * k) * gi + (m * n) * gi + (k * n) * ge,
-                       True, (1.0, k, n))
+                       True, (1.0, k, n), depth=m)
         if self.precision == "fp8":
             casts.append(Kernel(f"{name}.grad_cast", m * n, m * n * (e + gi), False))
         return casts + [dgrad, wgrad]
@@ -266,8 +267,9 @@ class TransformerCosts:
         dropout = Kernel("dropout", self.k["dropout_flops"] * scores * k,
                          scores * (2 * e + 1) * k, False)
         batch = b * heads_r
-        return [Kernel("attn_scores", gemm_flops, qk_bytes * k, True, (batch, s, s)), softmax,
-                dropout, Kernel("attn_context", gemm_flops, pv_bytes * k, True, (batch, s, d))]
+        return [Kernel("attn_scores", gemm_flops, qk_bytes * k, True, (batch, s, s), depth=d),
+                softmax, dropout,
+                Kernel("attn_context", gemm_flops, pv_bytes * k, True, (batch, s, d), depth=s)]
 
     def mlp_block(self, backward: bool = False) -> Block:
         """Norm, MLP up (+gate), activation, MLP down, residual add."""
