@@ -24,7 +24,6 @@ withdraws its traffic; its bytes count as ``bytes_dropped``, so
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple

@@ -158,7 +158,7 @@ class DeviceSpec(StrictModel):
         """GEMM output tiles the library may choose from (empty: no wave quantization)."""
         if self.compute_units is None or self.gemm_tile is None:
             return ()
-        return (tuple(self.gemm_tile),) + tuple(tuple(t) for t in (self.gemm_tiles or ()))
+        return (tuple(self.gemm_tile), *tuple(tuple(t) for t in self.gemm_tiles or ()))
 
     @property
     def hbm_bytes(self) -> float:

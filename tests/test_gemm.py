@@ -6,10 +6,10 @@ entries (m, n, k, FLOP/s). The twin's law: ``t = 2mnk / (P_mamf * wave(m, n)) * 
 + launch``, the wave efficiency taken over the device's tile candidates. The catalog's
 ``gemm_k_half`` was set from this table (it is the source of that number), so the check is that
 one parameter carries the whole table: signed mean within 5% and mean |error| under 15% on the
-shapes with m, n >= 512, each within a factor 1.7 (worst: 1024 x 512 x 2048, 32 output
-tiles on 132 SMs, where cuBLAS splits k) (below that, launch latency, small tiles and
-split-K dominate; the twin does not model split-K and is only asked not to be optimistic). Wave quantization is also checked against the
-closed form of a hand-counted shape.
+shapes with m, n >= 512, each within a factor 1.7 (worst: 1024 x 512 x 2048, 32 output tiles on
+132 SMs, where cuBLAS splits k). Below that, launch latency, small tiles and split-K dominate;
+the twin does not model split-K and is only asked not to be optimistic. Wave quantization is
+also checked against the closed form of a hand-counted shape.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ class TransformerCosts:
         if not backward:
             if self.precision == "fp8":
                 casts.append(Kernel(f"{name}.cast", m * k, m * k * (e + gi), False))
-            return casts + [fwd]
+            return [*casts, fwd]
         ge = grad_bytes_per_element(self.precision)
         dgrad = Kernel(f"{name}.dgrad", 2.0 * m * k * n, (m * n) * gi + (k * n) * wi + (m * k) * e,
                        True, (1.0, m, k), depth=n)
@@ -194,7 +194,7 @@ class TransformerCosts:
                        True, (1.0, k, n), depth=m)
         if self.precision == "fp8":
             casts.append(Kernel(f"{name}.grad_cast", m * n, m * n * (e + gi), False))
-        return casts + [dgrad, wgrad]
+        return [*casts, dgrad, wgrad]
 
     def _elementwise(self, name: str, elements: float, reads: float, writes: float,
                      flops_per_element: float = 1.0) -> Kernel:
