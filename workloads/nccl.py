@@ -14,7 +14,9 @@ only) and 1/4 or 1/3 (LL: 8-byte lines carrying 4 data bytes plus GPU polling li
 messages take LL (latency ~0.5 us a step, a quarter of the bandwidth), large ones Simple
 (full bandwidth, ~3.4 us a step on NVLink and ~9.6 us over the network), so the achievable bus
 bandwidth rises with the message size to the link's. The fabric runs the chosen protocol: its
-per-step latency replaces the links' sender overhead, its base latency is paid once per
+per-step latency replaces the links' sender overhead and hop latencies of the routes the
+collective was tuned on (longer routes later, around a failed link, add their extra hops'
+latency), its base latency is paid once per
 collective, and its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's
 uncontended bandwidth term (the bytes on the wire stay the payload's, so volumes are exact;
 LL is only chosen for small messages, where that term is small).
@@ -91,18 +93,18 @@ def tune_phases(op: str, phases: list, nbytes: float, ranks: int, fabric) -> lis
     if not phases:
         return phases
     profiles = [fabric.profile(ph) for ph in phases]
-    bus = min(bw for bw, _ in profiles)
+    bus = min(p[0] for p in profiles)
     if not np.isfinite(bus) or bus <= 0:
         return phases
     steps = sum(ph.steps for ph in phases)
-    net_steps = sum(ph.steps for ph, (_, net) in zip(phases, profiles, strict=True) if net)
+    net_steps = sum(ph.steps for ph, p in zip(phases, profiles, strict=True) if p[1])
     multinode = net_steps > 0
     costs = protocol_costs(op, steps, net_steps, multinode, nbytes, ranks, bus)
     proto = min(costs, key=lambda p: costs[p][0])
     k = ring_constants()
     f = costs[proto][2]
     out = []
-    for i, (ph, (_, net)) in enumerate(zip(phases, profiles, strict=True)):
+    for i, (ph, (_, net, hop)) in enumerate(zip(phases, profiles, strict=True)):
         if net:
             step = k["step_latency_net_us"][proto]
         else:
@@ -113,5 +115,6 @@ def tune_phases(op: str, phases: list, nbytes: float, ranks: int, fabric) -> lis
         # the protocol's lower bandwidth as added time: the phase's uncontended bandwidth
         # term x (1/f - 1); the bytes on the wire stay the payload's
         slow = float(np.max(ph.nbytes)) * ph.steps / bus * (1.0 / f - 1.0)
-        out.append(replace(ph, step_latency_s=step * 1e-6, base_latency_s=base + slow))
+        out.append(replace(ph, step_latency_s=step * 1e-6, base_latency_s=base + slow,
+                           hop_latency_ref_s=hop))
     return out
