@@ -50,7 +50,7 @@ class DeviceSpec(StrictModel):
         default=None, max_length=64,
         description="further GEMM output tiles the GEMM library may pick; the one with the "
                     "best wave efficiency is used (gemm_tile is always a candidate)")
-    gemm_k_half: NonNegativeFloat = Field(
+    gemm_k_half: Annotated[float, Field(ge=0, le=1e6)] = Field(
         default=0.0, description="reduction length at which a GEMM's main loop runs at half "
                                  "its peak: math time x (1 + gemm_k_half / k) for the tile "
                                  "prologue / epilogue (0: no k dependence)")
@@ -184,7 +184,7 @@ class LinkSpec(StrictModel):
         description="per-message software/protocol overhead at the sender, us")
     energy_pj_per_bit: NonNegativeFloat = Field(description="transfer energy, pJ per bit")
     idle_w: NonNegativeFloat = Field(description="power of an idle link (both directions), W")
-    device_w: NonNegativeFloat = Field(
+    device_w: Annotated[float, Field(ge=0, le=1e6)] = Field(
         default=0.0, description="constant power of the network hardware serving one link "
                                  "while powered: its share of the switch ASIC(s), the NIC "
                                  "and the transceivers at its ends, W (counted with idle_w)")
