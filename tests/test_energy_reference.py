@@ -1,5 +1,6 @@
 """Link energy from bytes and pJ/bit, worked out here from the catalog figures and the routes
-(independent of the fabric's per-byte arrays): E = bits x pJ/bit per hop, idle W per edge."""
+(independent of the fabric's per-byte arrays): E = bits x pJ/bit per hop, constant W per
+edge (idle + switch/NIC share)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ def test_link_energy_is_bits_times_pj_per_bit_per_hop(name, lpe):
     spec = LinkSpec.model_validate(raw)
     pj = float(raw["energy_pj_per_bit"]["value"] if isinstance(raw["energy_pj_per_bit"], dict)
                else raw["energy_pj_per_bit"])
-    idle = float(raw["idle_w"]["value"] if isinstance(raw["idle_w"], dict) else raw["idle_w"])
+    def figure(key: str) -> float:
+        v = raw.get(key, 0.0)
+        return float(v["value"] if isinstance(v, dict) else v)
+
+    # constant power per physical link: its idle power + its share of switch/NIC hardware
+    idle = figure("idle_w") + figure("device_w")
     env = Engine()
     topo = build_topology("torus2d", (4, 4), spec.name, lpe)
     fab = Fabric(env, topo, Router(topo), {spec.name: spec})
@@ -36,5 +42,5 @@ def test_link_energy_is_bits_times_pj_per_bit_per_hop(name, lpe):
     bits = 8 * 2 * (1e6 * 2 + 3e6 * 1)
     energy = float(fab.link_bytes @ fab.energy_per_byte)
     assert energy == pytest.approx(bits * pj * 1e-12, rel=1e-12)
-    # idle: every edge (both directions together) draws idle_w per physical link
+    # constant: every edge (both directions together) draws idle_w + device_w per link
     assert fab.idle_w.sum() == pytest.approx(topo.n_links / 2 * lpe * idle, rel=1e-12)
