@@ -4,6 +4,8 @@ edge (idle + switch/NIC share)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -44,3 +46,49 @@ def test_link_energy_is_bits_times_pj_per_bit_per_hop(name, lpe):
     assert energy == pytest.approx(bits * pj * 1e-12, rel=1e-12)
     # constant: every edge (both directions together) draws idle_w + device_w per link
     assert fab.idle_w.sum() == pytest.approx(topo.n_links / 2 * lpe * idle, rel=1e-12)
+
+
+class _Agent:
+    """Stand-in for an accelerator agent: ``n`` devices with the given power segments."""
+
+    def __init__(self, seg, n):
+        self._seg, self.n = np.asarray(seg, dtype=float), n
+
+    def power_segments(self):
+        return self._seg
+
+
+def _peak_reference(agents):
+    """Plain: the summed power on every elementary interval between breakpoints (max)."""
+    cuts = sorted({float(x) for a in agents for s in a.power_segments() for x in s[:2]})
+    best = 0.0
+    for lo, hi in pairwise(cuts):
+        mid = 0.5 * (lo + hi)
+        total = sum(s[2] * a.n for a in agents for s in a.power_segments() if s[0] <= mid < s[1])
+        best = max(best, total)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_peak_power_is_the_max_of_the_summed_segments(seed):
+    from devices.accelerator import peak_power
+
+    rng = np.random.default_rng(seed)
+    agents = []
+    for _ in range(int(rng.integers(1, 4))):
+        edges = np.cumsum(rng.choice([0.5, 1.0, 0.25], 12))
+        watts = rng.uniform(50, 700, 11)
+        seg = np.column_stack([edges[:-1], edges[1:], watts, np.zeros((11, 3))])
+        agents.append(_Agent(seg, int(rng.integers(1, 9))))
+    assert peak_power(agents) == pytest.approx(_peak_reference(agents), rel=1e-12)
+
+
+def test_peak_power_back_to_back_segments_do_not_add():
+    """A segment ending at t and the next starting at t never overlap: 300 W, not 700 W."""
+    from devices.accelerator import peak_power
+
+    a = _Agent([[0.0, 1.0, 300.0, 0, 0, 0], [1.0, 2.0, 400.0, 0, 0, 0]], 1)
+    b = _Agent([[0.0, 1.0, 100.0, 0, 0, 0], [1.0, 3.0, 50.0, 0, 0, 0]], 2)
+    assert peak_power([a, b]) == pytest.approx(max(300 + 200, 400 + 100))
+    assert peak_power([]) == 0.0
+    assert peak_power([_Agent(np.empty((0, 6)), 3)]) == 0.0
