@@ -210,3 +210,14 @@ def test_pk_against_simulation_over_seeds(name, dist):
         ses.append(bm.standard_error)
     pooled_se = math.sqrt(sum(x * x for x in ses)) / len(ses)
     assert abs(float(np.mean(means)) - theory) <= 3 * pooled_se
+
+
+def test_edge_cases_of_the_formulas_and_windows():
+    # E[S^2] a rounding below E[S]^2 (a deterministic service computed in floats) is accepted
+    m = 0.1
+    assert q.mg1_mean_wait(0.5, m, m * m * (1 - 1e-13)) == pytest.approx(
+        0.5 * m * m / (2 * (1 - 0.05)), rel=1e-9)
+    # a window without arrivals: nobody's sojourn to average, one customer present throughout
+    lw = q.littles_law([0.0], [5.0], 1.0, 2.0)
+    assert lw.customers == 0 and lw.mean_sojourn == 0.0 and lw.arrival_rate == 0.0
+    assert lw.number_in_system == pytest.approx(1.0)
