@@ -221,3 +221,16 @@ def test_edge_cases_of_the_formulas_and_windows():
     lw = q.littles_law([0.0], [5.0], 1.0, 2.0)
     assert lw.customers == 0 and lw.mean_sojourn == 0.0 and lw.arrival_rate == 0.0
     assert lw.number_in_system == pytest.approx(1.0)
+
+
+def test_bad_services_and_arrivals_are_named_with_the_reason():
+    with pytest.raises(ScenarioError, match=r"services\[1\].*must be >= 0"):
+        q.fifo_queue([0.0, 1.0], [1.0, -1.0])
+    with pytest.raises(ScenarioError, match=r"services\[1\].*must be finite"):
+        q.fifo_queue([0.0, 1.0], [1.0, math.inf])
+    with pytest.raises(ScenarioError, match=r"arrivals\[2\].*earlier than arrivals\[1\]"):
+        q.fifo_queue([0.0, 2.0, 1.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ScenarioError, match=r"arrivals\[0\].*must be finite"):
+        q.fifo_queue([math.nan, 2.0], [1.0, 1.0])
+    with pytest.raises(ScenarioError, match="services"):
+        q.fifo_queue([0.0, 1.0], [1.0])
