@@ -234,3 +234,18 @@ def test_bad_services_and_arrivals_are_named_with_the_reason():
         q.fifo_queue([math.nan, 2.0], [1.0, 1.0])
     with pytest.raises(ScenarioError, match="services"):
         q.fifo_queue([0.0, 1.0], [1.0])
+
+
+def test_bad_values_inside_a_block_are_found_and_the_reference_checks_too():
+    a = np.arange(10.0)
+    s = np.ones(10)
+    s[3] = math.inf
+    with pytest.raises(ScenarioError, match=r"services\[3\].*must be finite"):
+        q.fifo_queue(a, s)
+    s[3] = -2.0
+    with pytest.raises(ScenarioError, match=r"services\[3\].*must be >= 0"):
+        q.fifo_queue(a, s)
+    for bad_a, bad_s in (([0.0, 2.0, 1.0], [1.0, 1.0, 1.0]), ([0.0, 1.0], [1.0, -1.0]),
+                         ([0.0, math.inf], [1.0, 1.0]), ([0.0, 1.0], [math.nan, 1.0])):
+        with pytest.raises(ScenarioError):
+            q.lindley_reference(bad_a, bad_s)
