@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, PrivateAttr, ValidationError
 
 from devices.host import HostSpec
-from devices.memory import DmaSpec, MemorySpec, OpSpec, ServiceSpec
+from devices.memory_spec import DmaSpec, MemorySpec, OpSpec, ServiceSpec
 from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec
 from scenarios.faults import FaultSpec
