@@ -38,6 +38,7 @@ from twin.kernel.schema import (
 )
 from workloads.data import DataSpec
 from workloads.job import JobSpec
+from workloads.overlap import OverlapSpec
 from workloads.spec import ModelSpec, ParallelismSpec, ShardingSpec, WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults",
@@ -147,6 +148,7 @@ class Scenario(StrictModel):
     simulation: SimulationSpec = SimulationSpec()
     power: PowerSpec = PowerSpec()
     memory: MemorySpec = MemorySpec()
+    overlap: OverlapSpec = OverlapSpec()
     data: DataSpec = DataSpec()
     faults: list[FaultSpec] = []
     job: JobSpec = JobSpec()
@@ -213,6 +215,7 @@ def _known_fields() -> dict[str, list[str]]:
         "memory.service": field_names(ServiceSpec),
         "memory.op": field_names(OpSpec),
         "memory.dma": field_names(DmaSpec),
+        "overlap": field_names(OverlapSpec),
         "data": field_names(DataSpec),
         "data.host": field_names(HostSpec),
         "trace": field_names(TraceSpec),
