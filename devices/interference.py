@@ -202,12 +202,12 @@ class DeviceStreams:
         mix = self.mix
         s_bw = 1.0
         if mem is None:
-            parts = [(block, ms)]
+            parts = [(block, 1.0)]
             n_req = 0
         elif self.latency is None:
             mix = mem.clip(mix, self.n)
             s_bw = mem.draw_block(block, mix, self.rng, self.n)
-            parts = [(block, ms * s_bw)]
+            parts = [(block, s_bw)]
             n_req = mem._bucket.get(id(block), 0)
         else:
             bw, lat = self._parts(block)
@@ -217,12 +217,13 @@ class DeviceStreams:
             if bw is not None:
                 s_bw = mem.draw_block(bw, mix, self.rng, self.n)
                 n_req = mem._bucket.get(id(bw), 0)
-                parts.append((bw, ms * s_bw))
+                parts.append((bw, s_bw))
             if lat is not None:
-                parts.append((lat, ms * self._latency_draw(lat, mix)))
+                parts.append((lat, self._latency_draw(lat, mix)))
         dur = flops = e_dyn = e_mem = 0.0
-        base = 0.0
-        for part, m in parts:
+        base = hbm = 0.0
+        for part, f in parts:
+            m = ms * f
             key = (id(part), math_s, m, dev.math_scale[ps], ms)
             hit = self._costs.get(key)
             if hit is None:
@@ -235,8 +236,9 @@ class DeviceStreams:
             e_dyn += hit[2]
             e_mem += hit[3]
             base += hit[4]
+            hbm += hit[4] * f
         if mem is not None or self.shares is not None:
-            self._account(block, mix, n_req, s_bw, math_s / dev.math_scale[ps], base, dur)
+            self._account(block, mix, n_req, s_bw, math_s / dev.math_scale[ps], base, hbm, dur)
         return dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, block
 
     def _latency_draw(self, lat, mix: tuple[int, int]) -> float:
@@ -251,13 +253,13 @@ class DeviceStreams:
         return model.draw_block(lat, mix, self.rng, self.n)
 
     def _account(self, block, mix, n_req: int, s_bw: float, sm: float, base: float,
-                 dur: float) -> None:
+                 hbm: float, dur: float) -> None:
         streams = 1 + mix[0] + mix[1]
         if self.memory is not None and streams > self.max_streams:
             self.max_streams = streams
         w = base * self.n
         self._w += w
-        self._w_hbm += w * s_bw
+        self._w_hbm += hbm * self.n
         self._w_dur += dur * self.n
         if sum(mix) > 0:
             rec = self.records.setdefault(mix, [])
@@ -275,9 +277,10 @@ class DeviceStreams:
 def streams_report(agents: list[DeviceStreams]) -> dict[str, Any]:
     """Summary keys of the device agents: ``hbm_max_streams`` (the most streams, compute
     included, the HBM controller served during one block; 0 without a controller model),
-    ``hbm_slowdown_mean`` (time-weighted mean HBM factor of the compute blocks' bandwidth-bound
-    memory time; weights: their uncontended durations), ``contention_slowdown_mean`` (compute
-    time with contention over compute time without, HBM and SMs together) and
+    ``hbm_slowdown_mean`` (time-weighted mean HBM factor on the compute blocks' memory time,
+    bandwidth- and latency-bound parts alike; weights: their uncontended durations),
+    ``contention_slowdown_mean`` (compute time with contention over compute time without, HBM
+    and SMs together) and
     ``sm_max_used`` (most SMs collectives took at once)."""
     w = sum(a.totals()[0] for a in agents)
     return {
