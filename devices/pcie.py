@@ -37,6 +37,7 @@ CATALOG_DIR = Path(__file__).parent / "catalog" / "pcie"
 class PcieSpec(StrictModel):
     """One PCIe switch of a node (catalog ``devices/catalog/pcie``)."""
 
+    name: str = ""
     description: str = ""
     gpus_per_switch: int = Field(ge=1, le=64, description="GPUs behind one switch")
     port_gbps: PositiveFloat = Field(le=1e6, description="achievable bandwidth of one GPU's "
