@@ -193,10 +193,13 @@ class SummaryCommand(Command):
 
 
 def file_kind(raw: Any) -> str:
-    """What an input file is: ``scenario``, ``campaign`` or ``sweep`` (by its keys: a sweep
-    has a ``space``, a campaign a ``base`` without one)."""
+    """What an input file is: ``scenario``, ``campaign``, ``sweep`` or ``contention`` (by its
+    keys: a sweep has a ``space``, a campaign a ``base`` without one, a contention map
+    ``configurations``)."""
     if isinstance(raw, dict) and "base" in raw and "cluster" not in raw:
         return "sweep" if "space" in raw or "objectives" in raw else "campaign"
+    if isinstance(raw, dict) and "configurations" in raw and "cluster" not in raw:
+        return "contention"
     return "scenario"
 
 
@@ -216,6 +219,11 @@ def check_file(path: str, overrides: list[str]) -> str:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "
                                      f"{kind} file", overrides[0], "set keys in the file")],
                             source=path)
+    if kind == "contention":
+        from experiments.contention import load_map
+
+        spec, cells = load_map(path)
+        return f"contention map {spec.name}, {len(cells)} cells"
     if kind == "campaign":
         from experiments.campaign import load_campaign
 
@@ -404,6 +412,10 @@ COMMANDS.append(ParetoCommand())
 from experiments.campaign import CampaignCommand  # noqa: E402  (the facade may import anything)
 
 COMMANDS.append(CampaignCommand())
+
+from experiments.contention import ContentionCommand  # noqa: E402  (the facade may import anything)
+
+COMMANDS.append(ContentionCommand())
 
 
 def parser() -> argparse.ArgumentParser:
