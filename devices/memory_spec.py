@@ -143,6 +143,10 @@ class MemorySpec(StrictModel):
                          "distribution ops draw from")
     max_streams: int = Field(default=16, ge=1, le=256,
                              description="largest k simulated; more transfers are clipped")
+    per_device_draws: bool = Field(
+        default=True, description="every device draws its own slowdowns (rank symmetry off); "
+        "false: one agent per class of equal ranks draws for all of them (symmetry kept, "
+        "faster; the devices of a class then see the same draws)")
 
     def problems(self, device, prefix: str = "memory") -> list[Problem]:
         """Cross-checks with the device (HBM part in the catalog, service parameters)."""

@@ -165,13 +165,15 @@ class Scenario(StrictModel):
     def symmetric(self) -> bool:
         """Symmetry is used unless disabled, or something random or faulty tells ranks apart
         (faults that stop or checkpoint the whole job alike do not; a memory contention model
-        draws every block's slowdown at random; an inlet gradient gives positions their own
+        draws every block's slowdown at random, per device unless
+        ``memory.per_device_draws`` is false; an inlet gradient gives positions their own
         air)."""
         from scenarios.faults import breaks_symmetry
 
         sim = self.simulation
         return (sim.symmetry and sim.compute_jitter_cov == 0
-                and not breaks_symmetry(self.faults) and self.memory.model == "roofline"
+                and not breaks_symmetry(self.faults)
+                and (self.memory.model == "roofline" or not self.memory.per_device_draws)
                 and self.power.thermal.inlet_gradient_k == 0)
 
     @property
