@@ -234,3 +234,36 @@ def test_bad_overlap_keys_are_refused(bad):
     with pytest.raises(ScenarioError) as exc:
         load_scenario(SC / "data_starved.yaml").replace([bad])
     assert bad.split("=")[0] in str(exc.value)
+
+
+def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
+    """``twin contention`` on a small map: one row per cell in cells.csv (with the roofline
+    cell as the efficiency reference), the PNG, and the Pareto 1.5 cell marked not
+    converged (infinite-variance service)."""
+    import pandas as pd
+    import yaml
+
+    from twin.cli import main
+
+    spec = {"name": "mini", "iterations": 3, "configurations": {"lat": {
+        "base": str(SC / "quickstart.yaml"),
+        "set": ["cluster.topology.shape=[2,1]", "workload.parallelism.dp=2",
+                "workload.global_batch=4", "workload.micro_batch=1", "workload.seq_len=256",
+                "memory.bound=auto"]}},
+        "concurrency": {"default": []},
+        "services": {"exp": {"dist": "exponential"}, "p15": {"dist": "pareto", "alpha": 1.5}}}
+    f = tmp_path / "map.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    assert main(["contention", str(f), "-o", str(out), "--workers", "0", "--quiet"]) == 0
+    df = pd.read_csv(out / "cells.csv")
+    assert sorted(df.service) == ["exp", "p15", "roofline"]
+    assert (out / "contention_map.png").stat().st_size > 0
+    p15 = df[df.service == "p15"].iloc[0]
+    assert not p15.converged and p15.iteration_time_p99_s >= p15.iteration_time_p50_s
+    roof = df[df.service == "roofline"].iloc[0]
+    assert p15.efficiency == pytest.approx(roof.iteration_time_mean_s / p15.iteration_time_mean_s)
+    assert main(["check", str(f)]) == 0
+    spec["services"]["bad"] = {"dist": "pareto", "alpha": 0.5}
+    f.write_text(yaml.safe_dump(spec))
+    assert main(["check", str(f)]) == 2
