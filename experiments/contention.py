@@ -176,11 +176,12 @@ def plot_map(df, spec: ContentionMap, path: Path) -> None:
                 grid[i, j] = c.efficiency if c.efficiency == c.efficiency else np.nan
                 mean, p99 = 1e3 * c.iteration_time_mean_s, 1e3 * c.iteration_time_p99_s
                 txt = "error" if c.error else f"{mean:.3g}\np99 {p99:.3g}"
-                ax.text(j, i, txt + ("\nNOT CONV." if not c.error and not c.converged else ""),
-                        ha="center", va="center", fontsize=7)
+                ax.text(j, i, txt + ("\nnot converged" if not c.error and not c.converged
+                                     else ""), ha="center", va="center", fontsize=7,
+                        bbox={"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 1})
                 if not c.error and not c.converged:
                     ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
-                                               hatch="///", edgecolor="black", lw=0))
+                                               hatch="//", edgecolor="0.35", lw=0))
         im = ax.imshow(grid, vmin=0, vmax=1.05, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
