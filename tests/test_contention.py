@@ -267,3 +267,14 @@ def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
     spec["services"]["bad"] = {"dist": "pareto", "alpha": 0.5}
     f.write_text(yaml.safe_dump(spec))
     assert main(["check", str(f)]) == 2
+
+
+def test_per_device_draws_false_keeps_symmetry():
+    """``memory.per_device_draws: false``: one agent per class of equal ranks draws for all of
+    them, so rank symmetry stays on (fewer simulated classes) with the contention model; the
+    per-device run simulates every rank."""
+    shared = run(_scen("hbm_frfcfs.yaml", ["memory.per_device_draws=false"])).summary
+    each = run(_scen("hbm_frfcfs.yaml", [])).summary
+    assert shared["symmetry_used"] and not each["symmetry_used"]
+    assert shared["rank_classes"] < each["rank_classes"] == each["devices"]
+    assert shared["hbm_max_streams"] >= 2 and shared["hbm_slowdown_mean"] > 1.0

@@ -47,6 +47,9 @@ HEADLINE_KEYS = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
                  "goodput", "memory_warnings", "symmetry_used")
 #: Printed by default when the run has a data path.
 DATA_KEYS = ("data_wait_fraction", "data_wait_per_device_s")
+#: Printed by default when streams shared a device's HBM or SMs (devices.interference).
+CONTENTION_KEYS = ("hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_mean",
+                   "iteration_time_p99_s", "iteration_time_cov")
 
 
 def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:
@@ -59,6 +62,8 @@ def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -
         keys = list(summary)
     else:
         extra = DATA_KEYS if summary.get("data_path") else ()
+        if summary.get("hbm_max_streams") or summary.get("sm_max_used"):
+            extra = (*extra, *CONTENTION_KEYS)
         keys = [k for k in (*SUMMARY_KEYS, *HEADLINE_KEYS, *extra) if k in summary]
     width = max(len(k) for k in keys)
     for k in keys:
