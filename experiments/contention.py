@@ -83,7 +83,8 @@ def load_map(path: str | Path) -> tuple[ContentionMap, list[dict[str, Any]]]:
         try:
             base = load_scenario(here / conf.base)
         except ScenarioError as exc:
-            problems += [Problem(f"configurations.{cname}.base: {p.path}", p.message, p.value,
+            where = f"configurations.{cname}.base"
+            problems += [Problem(f"{where}: {p.path}" if p.path else where, p.message, p.value,
                                  p.allowed) for p in exc.problems]
             continue
         common = [*conf.set, f"workload.iterations={spec.iterations}", f"seed={spec.seed}",
