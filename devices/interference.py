@@ -113,11 +113,15 @@ class DeviceStreams:
         rng: the class's generator for the draws.
         on_network: called with +1 / -1 when a network stream starts / ends (the PCIe
             switches count NIC flows), or None.
+        group: devices that meet after every block (a tensor-parallel group) when one agent
+            stands for many (rank symmetry with ``memory.per_device_draws: false``): a block
+            draws once per member and takes the slowest, as the group's TP collective waits
+            for it (1: one draw).
     """
 
     def __init__(self, env, n_devices: int, units: int | None, shares: SmShares | None,
                  memory=None, latency=None, latency_below_bytes: float = 1e6,
-                 rng: np.random.Generator | None = None, on_network=None):
+                 rng: np.random.Generator | None = None, on_network=None, group: int = 1):
         self.env = env
         self.n = n_devices
         self.units = units
@@ -127,6 +131,7 @@ class DeviceStreams:
         self.latency_below = float(latency_below_bytes)
         self.rng = rng
         self.on_network = on_network
+        self.group = max(int(group), 1)
         self.active: Counter[str] = Counter()
         self._net = 0
         self._h2d = 0
@@ -206,7 +211,7 @@ class DeviceStreams:
             n_req = 0
         elif self.latency is None:
             mix = mem.clip(mix, self.n)
-            s_bw = mem.draw_block(block, mix, self.rng, self.n)
+            s_bw = self._draw(mem, block, mix)
             parts = [(block, s_bw)]
             n_req = mem._bucket.get(id(block), 0)
         else:
@@ -215,7 +220,7 @@ class DeviceStreams:
             parts = []
             n_req = 0
             if bw is not None:
-                s_bw = mem.draw_block(bw, mix, self.rng, self.n)
+                s_bw = self._draw(mem, bw, mix)
                 n_req = mem._bucket.get(id(bw), 0)
                 parts.append((bw, s_bw))
             if lat is not None:
@@ -241,16 +246,28 @@ class DeviceStreams:
             self._account(block, mix, n_req, s_bw, math_s / dev.math_scale[ps], base, hbm, dur)
         return dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, block
 
+    def _draw(self, model, part, mix: tuple[int, int]) -> float:
+        """HBM factor of a part from the model's cached tables: the slowest of ``group``
+        draws."""
+        g = self.group
+        if g == 1:
+            return model.draw_block(part, mix, self.rng, self.n)
+        return max(model.draw_block(part, mix, self.rng, self.n / g) for _ in range(g))
+
     def _latency_draw(self, lat, mix: tuple[int, int]) -> float:
-        """HBM factor of a latency-bound part (fresh queue batch, or a latency table)."""
+        """HBM factor of a latency-bound part (fresh queue batches, or a latency table); the
+        slowest of ``group`` draws."""
         model = self.latency
-        if hasattr(model, "fresh_latency"):
-            n = model.requests_for(lat.bytes)
+        if not hasattr(model, "fresh_latency"):
+            return self._draw(model, lat, mix)
+        n = model.requests_for(lat.bytes)
+        worst = 0.0
+        for _ in range(self.group):
             s = model.fresh_latency(n, mix, self.rng)
             s = math.exp(round(math.log(max(s, 1e-12)) / _LOG_STEP) * _LOG_STEP)
-            model.record(mix, s, self.n)
-            return s
-        return model.draw_block(lat, mix, self.rng, self.n)
+            model.record(mix, s, self.n / self.group)
+            worst = max(worst, s)
+        return worst
 
     def _account(self, block, mix, n_req: int, s_bw: float, sm: float, base: float,
                  hbm: float, dur: float) -> None:

@@ -146,7 +146,7 @@ class MemorySpec(StrictModel):
     per_device_draws: bool = Field(
         default=True, description="every device draws its own slowdowns (rank symmetry off); "
         "false: one agent per class of equal ranks draws for all of them (symmetry kept, "
-        "faster; the devices of a class then see the same draws)")
+        "faster): the slowest of one draw per TP-group member, replicas share the draws")
 
     def problems(self, device, prefix: str = "memory") -> list[Problem]:
         """Cross-checks with the device (HBM part in the catalog, service parameters)."""

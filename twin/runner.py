@@ -159,9 +159,11 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
     for c, acc in enumerate(accelerators):
         devs = [int(lay.device[r]) for r in lay.classes[c]]
         on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
+        # one agent for many ranks: its TP group meets after every block (slowest draw)
+        group = scen.workload.parallelism.tp if model.symmetric and acc.n > 1 else 1
         agent = DeviceStreams(env, acc.n, cl.device.compute_units, shares, memory, latency,
                               mem.latency_below_mb * 1e6, rngs.get(f"memory/class/{c}"),
-                              on_net)
+                              on_net, group=min(group, acc.n))
         acc.streams = agent
         acc.memory = memory  # its memory_* report (the agent draws)
         out.append(agent)
