@@ -32,6 +32,9 @@ VARIANTS = {
                                          "service": {"dist": "pareto", "alpha": 1.8}},
                               "overlap": {"tp_comm": True}},
 }
+#: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
+#: block, takes minutes: ``--variant queue-auto+tp-overlap`` measures it alone)
+TABLE = ("roofline", "frfcfs", "frfcfs-per-device", "roofline+tp-overlap", "frfcfs+tp-overlap")
 #: the roofline run each variant is compared with (same timeline, no contention model)
 BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-per-device": "roofline",
             "roofline+tp-overlap": "roofline+tp-overlap",
@@ -58,7 +61,7 @@ def measure(variant: str) -> dict:
 def run() -> pd.DataFrame:
     """Every variant in its own subprocess; the wall ratio to roofline and its target."""
     rows = []
-    for v in VARIANTS:
+    for v in TABLE:
         out = subprocess.run([sys.executable, "-m", "experiments.bench_contention", "--variant",
                               v], capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
