@@ -6,7 +6,8 @@ Sections (each prints its own table with the target beside each measurement):
 * hbm      - compiled FR-FCFS controller vs its plain-Python reference;
 * e2e      - one iteration of GPT-3 175B on 64 ... 4096 devices: wall, CPU, peak memory;
 * trace    - trace rows written per second and the slowdown tracing causes;
-* campaign - parallel efficiency of a fault campaign on 2 Dask workers.
+* campaign - parallel efficiency of a fault campaign on 2 Dask workers;
+* contention - GPT-3 175B on 64 devices with the contention model vs roofline (wall ratio).
 
 ``python -m experiments.bench [--only SECTION ...]``. Timings come from this machine under its
 current load; the e2e rows give CPU seconds too, which other processes disturb less.
@@ -26,6 +27,7 @@ SECTIONS = {
     "e2e": "experiments.bench_e2e",
     "trace": "experiments.bench_trace",
     "campaign": "experiments.bench_campaign",
+    "contention": "experiments.bench_contention",
 }
 
 
