@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 TWIN   := $(VENV)/bin/twin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow fuzz bench lint validate clean
+.PHONY: run test test-slow fuzz bench lint validate mutate clean
 
 # Create the virtual environment and install the package with its test extra.
 # Re-runs only when the packaging files change, so the second call is fast.
@@ -28,6 +28,11 @@ test-slow: $(STAMP)
 # forked, memory- and time-limited child; fails on any traceback, hang or exit code not 0/2.
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzzing --cases 5000 --seed 0 --timeout 25
+
+# Mutation testing of the model's core (not part of `make test`; see tools/mutate.py):
+# `make mutate MUTATE_ARGS="--module flows --max 40"` for one module or a seeded sample.
+mutate: $(STAMP)
+	$(PY) tools/mutate.py $(MUTATE_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m experiments.bench

@@ -4,9 +4,11 @@ Communication is expressed as :class:`Phase` s: ``steps`` bulk-synchronous round
 which every pair ``src[i] -> dst[i]`` sends ``nbytes[i]`` (a ring all-reduce is one phase of
 ``p`` pairs and ``2(p-1)`` steps of ``n/p`` bytes). Two interchangeable models execute them:
 
-* ``flow`` - the phase is one transfer of ``steps * nbytes[i]`` per pair in the flow engine
-  (max-min fair link sharing) plus ``steps`` times the per-step latency (sender overhead + the
-  route's hop latencies). Uncontended, this is exactly the alpha-beta cost.
+* ``flow`` - the phase is one bulk-synchronous transfer of ``steps`` steps of ``nbytes[i]`` per
+  pair in the flow engine (max-min fair link sharing; no pair starts a step before all pairs
+  finished the previous one, as in the packet model) plus ``steps`` times the per-step latency
+  (sender overhead + the route's hop latencies). Uncontended, this is exactly the alpha-beta
+  cost.
 * ``packet`` - each step sends real messages cut into packets that queue FIFO at every
   directed :class:`~devices.link.Link` (store-and-forward per packet, pipelined).
 
@@ -206,7 +208,7 @@ class Fabric:
         self.bytes_sent[sent[0]] += sent[1]
         if self.model == "flow":
             tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name,
-                                     key=key)
+                                     key=key, steps=phase.steps)
             self._steps[tr.id] = phase.steps
             try:
                 yield tr.done
@@ -264,7 +266,8 @@ class Fabric:
         t0 = self.env.now
         routes, alpha, _hops, _pp, total, key, sent, received, row = self._plan(phase)
         self.bytes_sent[sent[0]] += sent[1]
-        tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key)
+        tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key,
+                                 steps=phase.steps)
 
         def finished(_tr: object) -> None:
             self.bytes_received[received[0]] += received[1]

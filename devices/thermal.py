@@ -50,7 +50,7 @@ class ThermalRC:
         a, b = t0_c - ss, level_c - ss
         if a == 0.0:
             return 0.0 if b == 0.0 else math.inf
-        ratio = b / a
+        ratio = b / a  # in (0, 1] exactly when the level lies between T0 and the steady state
         if ratio > 1.0 or ratio <= 0.0:
-            return 0.0 if ratio == 1.0 else math.inf
+            return math.inf
         return -self.tau * math.log(ratio)

@@ -44,7 +44,11 @@ def test_run_is_above_every_bound_and_trace_agrees_with_summary(tiny, capsys):
         o = lim[k]["orders_of_magnitude"]
         assert o is not None and o >= 0.0, k                # lower bounds hold
         assert o == pytest.approx(summ[k], rel=1e-9), k
-    assert 5 < lim["landauer"]["orders_of_magnitude"] < 10
+    # the law itself: log10(E / (executed FLOPs x 16 bits x k T ln 2)), T = 25 C inlet default
+    s = res.summary
+    e_land = s["executed_flops_per_iteration"] * 16 * BOLTZMANN_J_PER_K * 298.15 * math.log(2)
+    assert lim["landauer"]["orders_of_magnitude"] == pytest.approx(
+        math.log10(s["energy_per_iteration_j"] / e_land), rel=1e-9)
     with capsys.disabled():
         print("\nlimits (orders of magnitude): " + ", ".join(f"{k} {v:.2f}"
                                                            for k, v in summ.items()))

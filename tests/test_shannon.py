@@ -61,6 +61,10 @@ def test_pareto_rows_carry_the_distances_to_both_bounds(tiny):
     from experiments.pareto.evaluate import metrics_row
 
     scen = tiny()
-    row = metrics_row(scen, run(scen).summary)
-    assert row["landauer_orders_of_magnitude"] > 5
+    s = run(scen).summary
+    row = metrics_row(scen, s)
+    k_t_ln2 = K_B * 298.15 * math.log(2)   # 25 C inlet (the default ambient), bf16 = 16 bits
+    landauer = math.log10(s["energy_per_iteration_j"]
+                          / (s["executed_flops_per_iteration"] * 16 * k_t_ln2))
+    assert row["landauer_orders_of_magnitude"] == pytest.approx(landauer, rel=1e-9)
     assert row["shannon_hartley_orders_of_magnitude"] > 5

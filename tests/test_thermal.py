@@ -130,12 +130,18 @@ def test_heat_soak_throttles_and_alerts_at_the_limit(hot, capsys):
     assert len(temp) >= 1
     row = g.iloc[first_hot]
     t0_c = float(g["temp_c"].iloc[first_hot - 1])
-    th = ThermalRC(0.084, 12.0, lim)
-    # the segment's dissipated power, recovered from its end temperature
+    r, c = 0.084, 12.0  # the device's R (catalog) and the C set above
+    # the segment's dissipated power, recovered from its end temperature (closed form of the
+    # RC step response), then the crossing time found by integrating the ODE numerically
+    # (an event of solve_ivp), not with the ThermalRC.crossing the accelerator calls
     d = float(row["t_end"] - row["t_start"])
-    a = math.exp(-d / th.tau)
-    heat = ((float(row["temp_c"]) - t0_c * a) / (1 - a) - 50.0) / th.r
-    expect = float(row["t_start"]) + th.crossing(t0_c, heat, lim, 50.0)
+    a = math.exp(-d / (r * c))
+    heat = ((float(row["temp_c"]) - t0_c * a) / (1 - a) - 50.0) / r
+    ev = lambda _t, yy: yy[0] - lim  # noqa: E731
+    ev.terminal = True
+    sol = solve_ivp(lambda _t, yy: [(heat - (yy[0] - 50.0) / r) / c], (0.0, d), [t0_c],
+                    events=ev, rtol=1e-12, atol=1e-12)
+    expect = float(row["t_start"]) + float(sol.t_events[0][0])
     assert float(temp["time_s"].iloc[0]) == pytest.approx(expect, rel=1e-9, abs=1e-9)
     with capsys.disabled():
         print(f"\nheat soak: limit reached at {expect:.2f} s, {s['throttle_steps']} throttle "

@@ -7,6 +7,13 @@ are active, every link's capacity is shared max-min fairly among the flows cross
 the engine schedules one SimPy timeout per change, not per packet. A transfer completes
 ``latency`` seconds after its last byte drains.
 
+A transfer of ``steps > 1`` is bulk-synchronous (the rounds of a ring collective): flow ``i``
+sends ``size[i] / steps`` per step, and no flow starts step ``k + 1`` before every flow has
+finished step ``k`` (a flow that finishes its step early is *parked* and leaves its links to
+others). While all flows of such a transfer reach their step ends together (equal step times:
+the uncontended and the symmetric cases) no per-step event is scheduled; events are added only
+when contention makes the flows' step times differ.
+
 Transfers that share no link with each other cannot influence each other's rates, so the
 engine keeps active transfers in *components* (transfers connected through shared links) and
 recomputes rates only for the component an event touches. A component whose transfers all follow
@@ -103,8 +110,16 @@ class Transfer:
 
     def __init__(self, tid: int, routes: list[np.ndarray], size: np.ndarray, latency: float,
                  env: simpy.Environment, start: float, tag: object = None,
-                 template: _Template | None = None):
+                 template: _Template | None = None, steps: int = 1):
         self.id = tid
+        self.steps = max(1, int(steps))
+        self.step_size = size / self.steps  # bytes of each flow per step
+        pos = size > 0
+        self._per_step = np.zeros(len(size))  # 1 / step_size (0 for empty flows)
+        self._per_step[pos] = self.steps / size[pos]
+        self.parked = np.zeros(len(size), dtype=bool)  # finished the current step, waiting
+        # equal bytes per flow (collectives): in step whenever rates and remaining bytes agree
+        self.uniform = self.steps > 1 and len(size) > 0 and float(np.ptp(size)) == 0.0
         self._env = env
         self._done: simpy.Event | None = None
         self.finished = False
@@ -152,12 +167,39 @@ class Transfer:
         """Links crossed by the flows still sending."""
         return frozenset(self.entry_link[self.active[self.entry_owner]].tolist())
 
+    def steps_left(self) -> np.ndarray:
+        """Steps each flow has not finished (a flow at a step end has finished that step)."""
+        q = np.ceil(self.remaining * self._per_step - 1e-6)
+        return np.maximum(q, 0.0, out=q)
+
+    def park_ahead(self) -> bool:
+        """Park active flows that finished the current step while others have not; release
+        every parked flow when none is behind. Returns True when a barrier was released."""
+        if self.steps == 1:
+            return False
+        pending = self.remaining > 0
+        if not pending.any():
+            return False
+        left = self.steps_left()
+        top = left[pending].max()
+        ahead = pending & (left < top)
+        if ahead.any():
+            newly = ahead & self.active
+            self.active[newly] = False
+            self.parked |= newly
+            return False
+        if self.parked.any():  # every unfinished flow is at the same step: go on together
+            self.active |= self.parked
+            self.parked[:] = False
+            return True
+        return False
+
 
 class _Component:
     """Transfers connected through shared links, with their current allocation."""
 
     __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
-                 "transfers", "ulinks")
+                 "target", "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -170,6 +212,7 @@ class _Component:
         self.ulinks = np.empty(0, dtype=np.int64)
         self.inv = np.empty(0, dtype=np.int64)
         self.due = np.empty(0, dtype=bool)
+        self.target = None  # remaining bytes of each flow at its next step end (stepped only)
         self.busy = 0.0
 
 
@@ -203,8 +246,11 @@ class FlowNetwork:
     # ----------------------------------------------------------------- public
     def transfer(self, routes: Sequence[Sequence[int]], nbytes: Sequence[float] | np.ndarray,
                  latency: float = 0.0, tag: object = None,
-                 key: Hashable | None = None) -> Transfer:
+                 key: Hashable | None = None, steps: int = 1) -> Transfer:
         """Start a transfer of ``nbytes[i]`` over ``routes[i]``; returns its handle.
+
+        ``steps > 1``: the bytes move in that many bulk-synchronous steps of
+        ``nbytes[i] / steps`` (see the module docstring).
 
         ``key``, if given, names the pattern (equal keys must mean equal routes and sizes);
         transfers with a known key reuse its incidence arrays and, when alone in the network,
@@ -219,7 +265,7 @@ class FlowNetwork:
         else:
             rts = template.routes
         tr = Transfer(self._next_id, rts, size, float(latency), self.env, self.env.now, tag,
-                      template)
+                      template, steps)
         self._next_id += 1
         self.transfers[tr.id] = tr
         if not tr.active.any():
@@ -236,16 +282,19 @@ class FlowNetwork:
         """
         bad = {int(x) for x in links}
         hit = {t for lk in bad for t in self._on_link.get(lk, ())}
+        hit |= {t for t in self.transfers.values() if t.parked.any()}
         cut: list[tuple[Transfer, np.ndarray]] = []
         comps = {t.comp for t in hit if t.comp is not None}
         for c in comps:
             self._advance_comp(c)
         for tr in sorted(hit, key=lambda t: t.id):
-            idx = [i for i in np.flatnonzero(tr.active) if bad.intersection(tr.routes[i].tolist())]
+            idx = [i for i in np.flatnonzero(tr.active | tr.parked)
+                   if bad.intersection(tr.routes[i].tolist())]
             if idx:
                 ix = np.asarray(idx, dtype=np.int64)
                 self._account(tr, ix)
                 tr.active[ix] = False
+                tr.parked[ix] = False
                 tr.template = None  # its routes will change
                 tr.whole = False
                 self._relink(tr)
@@ -268,6 +317,7 @@ class FlowNetwork:
             if len(r) == 0:
                 tr.remaining[int(i)] = 0.0
             tr.active[int(i)] = tr.remaining[int(i)] > 0
+        tr.park_ahead()
         tr.template = None  # routes no longer match the pattern the caller named
         tr.whole = False
         old = tr.comp
@@ -502,14 +552,48 @@ class FlowNetwork:
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         if len(rate) == 0:
             return
-        rems = [tr.remaining[act] for tr, _lo, _hi, act in comp.slices]
+        rems, targets, stepped = [], [], False
+        for tr, lo, hi, act in comp.slices:
+            rem = tr.remaining[act]
+            target = None
+            if tr.steps > 1:
+                target = self._step_target(tr, act, rate[lo:hi])
+            if target is None:
+                rems.append(rem)
+                targets.append(np.zeros(len(act)))
+            else:
+                stepped = True
+                rems.append(rem - target)
+                targets.append(target)
         ttf = (rems[0] if len(rems) == 1 else np.concatenate(rems)) / rate
+        comp.target = (np.concatenate(targets) if stepped else None)
         dt = float(ttf.min())
         # flows due at the timer finish then, whatever rounding of the clock does to dt
         comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
         gen = comp.gen
         self.env.timeout(max(dt, 0.0)).callbacks.append(
             lambda _e, c=comp, g=gen: self._on_timer(c, g))
+
+    @staticmethod
+    def _step_target(tr: Transfer, act: np.ndarray, rate: np.ndarray) -> np.ndarray | None:
+        """Remaining bytes of ``tr``'s active flows at the end of the current step, or None
+        when every unfinished flow is active and all take the same time per step and to the
+        end of the step (they then stay in step without per-step events)."""
+        if tr.uniform and len(act) == len(tr.size):  # the common case, checked cheaply
+            rem = tr.remaining
+            if (rate.max() - rate.min() <= 1e-9 * rate.max()
+                    and rem.max() - rem.min() <= 1e-9 * tr.step_size[0]):
+                return None
+        left = tr.steps_left()
+        pending = tr.remaining > 0
+        top = left[pending].max() if pending.any() else 0.0
+        target = (top - 1.0) * tr.step_size[act]
+        if len(act) == int(pending.sum()):
+            t_step = tr.step_size[act] / rate
+            t_end = (tr.remaining[act] - target) / rate
+            if (np.ptp(t_step) <= 1e-9 * t_step.max() and np.ptp(t_end) <= 1e-9 * t_step.max()):
+                return None
+        return target
 
     def _flush_busy(self, comp: _Component) -> None:
         if comp.busy > 0:
@@ -539,19 +623,27 @@ class FlowNetwork:
             return  # the component changed since this timer was set
         self._advance_comp(comp)
         finished: list[Transfer] = []
+        released: list[Transfer] = []
         changed = False
         n_flows = len(comp.rate)
         left = 0  # flows that stopped
         for tr, lo, hi, act in comp.slices:
             tol = np.maximum(tr.size[act] * _REL_EPS, 1e-6)
-            done = act[(tr.remaining[act] <= tol) | comp.due[lo:hi]]
+            hit = (tr.remaining[act] <= tol) | comp.due[lo:hi]
+            done = act[hit]
             if len(done) == 0:
                 continue
             changed = True
             left += len(done)
-            tr.remaining[done] = 0.0
-            tr.active[done] = False
-            if not tr.active.any():
+            if comp.target is None:
+                tr.remaining[done] = 0.0
+            else:  # a step end (0 at the last step)
+                tr.remaining[done] = np.where(tr.remaining[done] <= tol[hit], 0.0,
+                                              comp.target[lo:hi][hit])
+            if tr.steps > 1 and tr.park_ahead():
+                released.append(tr)
+            tr.active[done[tr.remaining[done] <= 0.0]] = False
+            if not tr.active.any() and not (tr.remaining > 0).any():
                 finished.append(tr)
                 if tr.whole:  # every flow ended together on its original route
                     self.link_bytes[tr.template.ulinks] += tr.template.link_bytes
@@ -561,10 +653,14 @@ class FlowNetwork:
             else:
                 self._account(tr, done)
                 tr.whole = False  # link totals are now accounted flow by flow
-                self._relink(tr)
+                if tr not in released:
+                    self._relink(tr)
         for tr in finished:
             self._detach(tr)
             self._complete(tr)
+        for tr in released:  # its parked flows send again: it may join other components
+            self._detach(tr)
+            tr.reindex()
         # Splitting a component costs a union-find over its links; do it when a large part
         # of it stopped (that is when it may fall apart), otherwise keep it whole: the
         # allocation of a union of disconnected parts is still exact.
@@ -574,6 +670,8 @@ class FlowNetwork:
             self._allocate(comp)
         else:
             self._rebuild(comp)
+        for tr in released:
+            self._join(tr)
 
     def _complete(self, tr: Transfer) -> None:
         self.transfers.pop(tr.id, None)

@@ -1,0 +1,422 @@
+"""The flow engine against plain, slow references written here.
+
+* ``water_fill``: max-min fair rates by the textbook progressive filling, one flow and one link
+  at a time in plain Python (no NumPy), checked against ``max_min_rates``;
+* ``fluid``: a plain fluid simulation of transfers (staggered starts, per-step barriers of
+  bulk-synchronous transfers, flows cut by a failure and resumed later on a new route) that
+  recomputes ``water_fill`` at every event. It keeps its own per-step byte counters instead of
+  the engine's remaining-bytes arithmetic, so it shares no code or state layout with
+  ``twin.kernel.flows``.
+
+Both are exact (no time steps), so the engine must agree to rounding: rel 1e-9.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+from twin.kernel.flows import FlowNetwork, max_min_rates
+
+
+# ----------------------------------------------------------------------------- references
+def water_fill(routes: list[list[int]], cap: list[float]) -> list[float]:
+    """Max-min fair rate of each flow (``inf`` for a flow without links)."""
+    rate = [math.inf] * len(routes)
+    left = dict(enumerate(cap))
+    todo = {f for f, r in enumerate(routes) if r}
+    while todo:
+        best, best_link = math.inf, None
+        for lk, c in left.items():
+            users = [f for f in todo if lk in routes[f]]
+            if users and c / len(users) < best:
+                best, best_link = c / len(users), lk
+        fixed = [f for f in todo if best_link in routes[f]]
+        for f in fixed:
+            rate[f] = best
+            todo.discard(f)
+            for lk in routes[f]:
+                left[lk] -= best
+    return rate
+
+
+def fluid(cap, transfers, cuts=()):
+    """Completion time of every transfer in a plain fluid simulation.
+
+    ``transfers``: dicts with ``start`` (s), ``routes`` (lists of link ids), ``sizes`` (bytes
+    per flow), ``steps`` (bulk-synchronous steps, default 1), ``latency`` (s, added after the
+    last byte) and ``after`` (optional index of a transfer on whose completion this one starts
+    instead of at ``start``). ``cuts``: ``(t_cut, transfer, flow, t_resume, new_route)``: the
+    flow stops at ``t_cut`` and continues from where it was at ``t_resume`` on ``new_route``.
+    """
+    tr = []
+    for d in transfers:
+        steps = d.get("steps", 1)
+        tr.append(dict(start=d["start"], routes=[list(r) for r in d["routes"]], steps=steps,
+                       step_bytes=[s / steps for s in d["sizes"]], latency=d.get("latency", 0.0),
+                       step=0, left=[s / steps for s in d["sizes"]], cut=set(),
+                       started=False, done_at=None, drained=None, after=d.get("after")))
+    pending = sorted(cuts)
+    resumes = []
+    t = 0.0
+    for _ in range(100000):
+        for k in tr:  # starts
+            if k["after"] is not None:
+                prev = tr[k["after"]]["done_at"]
+                k["start"] = prev if prev is not None else math.inf
+            if not k["started"] and k["start"] <= t + 1e-15:
+                k["started"] = True
+                k["left"] = [0.0 if not r else b for r, b in zip(k["routes"], k["step_bytes"],
+                                                                 strict=True)]
+        while pending and pending[0][0] <= t + 1e-15:
+            _tc, ti, fi, t_res, route = pending.pop(0)
+            tr[ti]["cut"].add(fi)
+            resumes.append((t_res, ti, fi, route))
+        for item in sorted(resumes):
+            if item[0] <= t + 1e-15:
+                _tr, ti, fi, route = item
+                tr[ti]["cut"].discard(fi)
+                tr[ti]["routes"][fi] = list(route)
+                resumes.remove(item)
+        for k in tr:  # step barriers and drains
+            if k["started"] and k["drained"] is None:
+                # a step ends when every flow delivered its bytes of the step (a flow cut after
+                # that is not waited for: its next step waits for its resume instead)
+                while all(x <= 0.0 for x in k["left"]):
+                    k["step"] += 1
+                    if k["step"] == k["steps"]:
+                        k["drained"] = t
+                        k["done_at"] = t + k["latency"]
+                        break
+                    k["left"] = [0.0 if not r else b for r, b in zip(k["routes"],
+                                                                     k["step_bytes"],
+                                                                     strict=True)]
+        if all(k["done_at"] is not None for k in tr):
+            return [k["done_at"] for k in tr]
+        flows = [(i, f) for i, k in enumerate(tr) if k["started"] and k["drained"] is None
+                 for f in range(len(k["left"])) if k["left"][f] > 0 and f not in k["cut"]]
+        rates = water_fill([tr[i]["routes"][f] for i, f in flows], list(cap))
+        nxt = [k["start"] - t for k in tr if not k["started"]]
+        nxt += [k["done_at"] - t for k in tr if k["done_at"] is not None and k["done_at"] > t]
+        nxt += [c[0] - t for c in pending] + [r[0] - t for r in resumes]
+        nxt += [tr[i]["left"][f] / r for (i, f), r in zip(flows, rates, strict=True)]
+        dt = min(nxt)
+        for (i, f), r in zip(flows, rates, strict=True):
+            x = tr[i]["left"][f] - r * dt
+            tr[i]["left"][f] = 0.0 if x <= 1e-9 * tr[i]["step_bytes"][f] else x
+        t += dt
+    raise AssertionError("reference did not finish")
+
+
+def engine_run(cap, transfers, cuts=()):
+    """Completion times of the same transfers in the engine (cuts via fail_links/resume)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.asarray(cap, dtype=float))
+    ends = [None] * len(transfers)
+    handles = [None] * len(transfers)
+
+    def start(i, d):
+        yield env.timeout(d["start"])
+        tr = net.transfer(d["routes"], d["sizes"], latency=d.get("latency", 0.0),
+                          steps=d.get("steps", 1), key=d.get("key"))
+        handles[i] = tr
+        yield tr.done
+        ends[i] = env.now
+
+    def cut(t_cut, ti, fi, t_res, route):
+        yield env.timeout(t_cut)
+        lk = transfers[ti]["routes"][fi]
+        got = net.fail_links([lk[0]])
+        assert any(t is handles[ti] and fi in set(fl.tolist()) for t, fl in got), lk
+        yield env.timeout(t_res - t_cut)
+        net.resume(handles[ti], np.array([fi]), [route])
+
+    for i, d in enumerate(transfers):
+        env.process(start(i, d))
+    for c in cuts:
+        env.process(cut(*c))
+    env.run()
+    return ends, net
+
+
+# ----------------------------------------------------------------------------- max-min
+def test_water_fill_reference_on_a_textbook_case():
+    """Bertsekas & Gallager's example shape: link 0 (cap 1) shared by 3 flows, link 1 (cap 10)
+    by flow 2 and a long flow 3: rates 1/3, 1/3, 1/3 and 10 - 1/3."""
+    routes = [[0], [0], [0, 1], [1]]
+    assert water_fill(routes, [1.0, 10.0]) == pytest.approx([1 / 3, 1 / 3, 1 / 3, 29 / 3])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_max_min_rates_equal_the_water_filling_reference(seed):
+    rng = np.random.default_rng(seed)
+    n_links = int(rng.integers(1, 8))
+    n_flows = int(rng.integers(1, 10))
+    cap = rng.choice([1.0, 2.0, 3.5, 10.0], n_links) * rng.uniform(0.5, 2.0, n_links)
+    routes = [sorted(set(rng.integers(0, n_links, int(rng.integers(1, n_links + 1))).tolist()))
+              for _ in range(n_flows)]
+    ef = np.array([f for f, r in enumerate(routes) for _ in r])
+    el = np.array([lk for r in routes for lk in r])
+    got = max_min_rates(ef, el, n_flows, cap)
+    assert got == pytest.approx(water_fill(routes, cap.tolist()), rel=1e-9)
+
+
+def test_flow_without_links_is_unbounded():
+    assert max_min_rates(np.array([], dtype=int), np.array([], dtype=int), 2,
+                         np.array([1.0]))[0] == math.inf
+    got = max_min_rates(np.array([1]), np.array([0]), 2, np.array([4.0]))
+    assert got[0] == math.inf and got[1] == 4.0
+
+
+# ----------------------------------------------------------------------------- transfers
+CAP = [10.0, 10.0, 4.0, 6.0, 8.0]
+
+
+def _check(transfers, cuts=()):
+    ends, net = engine_run(CAP, transfers, cuts)
+    ref = fluid(CAP, transfers, cuts)
+    assert ends == pytest.approx(ref, rel=1e-9, abs=1e-12)
+    return ends, net
+
+
+def test_one_flow_takes_bytes_over_capacity_plus_latency():
+    ends, net = _check([dict(start=0.0, routes=[[0, 2]], sizes=[20.0], latency=0.5)])
+    assert ends[0] == pytest.approx(20.0 / 4.0 + 0.5)
+    assert net.link_bytes[[0, 2]] == pytest.approx([20.0, 20.0])
+    assert net.link_busy[[0, 2]] == pytest.approx([5.0, 5.0])
+
+
+def test_staggered_transfers_share_links():
+    _check([dict(start=0.0, routes=[[0, 1], [1], [3]], sizes=[30.0, 12.0, 5.0]),
+            dict(start=0.7, routes=[[1, 3], [4]], sizes=[9.0, 40.0], latency=0.1),
+            dict(start=1.3, routes=[[0]], sizes=[25.0]),
+            dict(start=2.0, routes=[[2, 3, 4]], sizes=[8.0], key="k")])
+
+
+def test_many_random_staggered_transfers():
+    rng = np.random.default_rng(11)
+    transfers = []
+    for i in range(12):
+        nf = int(rng.integers(1, 4))
+        routes = [sorted(set(rng.integers(0, 5, int(rng.integers(1, 4))).tolist()))
+                  for _ in range(nf)]
+        transfers.append(dict(start=float(rng.uniform(0, 5)), routes=routes,
+                              sizes=rng.uniform(1, 30, nf).tolist(),
+                              latency=float(rng.uniform(0, 0.2)),
+                              key=("p", i % 3) if i % 3 == 0 and i < 3 else None))
+    _ends, net = _check(transfers)
+    # every byte crossed each link of its route once
+    expect = np.zeros(5)
+    for d in transfers:
+        for r, b in zip(d["routes"], d["sizes"], strict=True):
+            expect[r] += b
+    assert net.link_bytes == pytest.approx(expect, rel=1e-9)
+
+
+def test_a_cut_flow_resumes_with_its_remaining_bytes_on_the_new_route():
+    """Flow 0 (link 0) is cut at t = 1 and resumed at t = 2 over links 3, 4; flow 1 of the same
+    transfer ends before the resume: the transfer must still wait for flow 0."""
+    transfers = [dict(start=0.0, routes=[[0], [1]], sizes=[30.0, 12.0], latency=0.25)]
+    cuts = [(1.0, 0, 0, 2.0, [3, 4])]
+    ends, net = _check(transfers, cuts)
+    # 10 bytes by t=1, 20 left at 6 B/s from t=2: done at 2 + 20/6, + latency
+    assert ends[0] == pytest.approx(2.0 + 20.0 / 6.0 + 0.25)
+    assert net.link_bytes[[0, 1, 3, 4]] == pytest.approx([10.0, 12.0, 20.0, 20.0])
+
+
+def test_rerouted_flow_under_contention():
+    transfers = [dict(start=0.0, routes=[[0, 2], [1]], sizes=[16.0, 50.0]),
+                 dict(start=0.5, routes=[[3], [4]], sizes=[20.0, 10.0]),
+                 dict(start=1.0, routes=[[1, 3]], sizes=[6.0])]
+    _check(transfers, cuts=[(1.5, 0, 0, 2.5, [3, 4])])
+
+
+def test_cancel_returns_the_undelivered_bytes():
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 5.0]))
+    tr = net.transfer([[0], [0, 1]], [40.0, 40.0])
+    env.run(until=2.0)
+    # both flows at 5 B/s (link 0 shared, link 1 caps flow 1 at 5): 10 B each delivered
+    assert net.cancel(tr) == pytest.approx(60.0)
+    assert net.cancel(tr) == 0.0
+    env.run()
+    assert not tr.finished
+
+
+# ----------------------------------------------------------------------------- steps
+def test_bulk_synchronous_steps_wait_for_the_slowest_flow():
+    """Two flows of 4 steps; a background transfer slows flow 0 during step 1 only (it lasts
+    until t = 1.5). Flow 1 may not run ahead: each step ends when both flows finished it."""
+    transfers = [dict(start=0.0, routes=[[0], [1]], sizes=[40.0, 40.0], steps=4, key="ring"),
+                 dict(start=0.0, routes=[[0]], sizes=[7.5])]
+    ends, _net = _check(transfers)
+    # step 1: flow 0 at 5 B/s until the background drains (t = 1.5, 7.5 B), then 10 B/s for
+    # the last 2.5 B (t = 1.75); steps 2-4 at 10 B/s: 1 s each
+    assert ends[0] == pytest.approx(1.75 + 3.0)
+    merged = fluid(CAP, [dict(transfers[0], steps=1), transfers[1]])
+    assert merged[0] == pytest.approx(ends[0])  # a single slow step: no drift yet
+
+
+def test_ring_steps_synchronise_under_rotating_contention():
+    """A 4-flow ring (one flow per link, 6 steps) while background traffic rotates over the
+    links, one link at a time: each step is as slow as its contended link, as in the packet
+    model. Drifting steps (one transfer of 6x the bytes) would end 8% earlier (7.2 s, not 7.8)."""
+    ring = dict(start=0.0, routes=[[0], [1], [2], [3]], sizes=[60.0] * 4, steps=6, key="ring")
+    background = [dict(start=0.5 * k, routes=[[k % 4]], sizes=[3.0]) for k in range(14)]
+    cap = [10.0] * 5
+    ends, _ = engine_run(cap, [ring, *background])
+    ref = fluid(cap, [ring, *background])
+    assert ends == pytest.approx(ref, rel=1e-9)
+    drift = fluid(cap, [dict(ring, steps=1), *background])
+    assert ref[0] == pytest.approx(7.8) and drift[0] == pytest.approx(7.2)
+
+
+def test_steps_with_a_cut_flow_wait_for_the_resend():
+    transfers = [dict(start=0.0, routes=[[0], [1], [2]], sizes=[30.0, 30.0, 12.0], steps=3),
+                 dict(start=0.2, routes=[[1, 4]], sizes=[5.0])]
+    _check(transfers, cuts=[(0.5, 0, 0, 1.5, [3]), (2.2, 0, 1, 2.4, [4])])
+
+
+def test_a_one_step_transfer_has_no_barrier():
+    """Flow 0 (10 B at 10 B/s) and flow 1 (2 B at 1 B/s) of one transfer: flow 0 sends at full
+    rate until it is done at t = 1, whatever flow 1 does (a barrier halfway would park it at
+    t = 0.5)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 1.0]))
+    tr = net.transfer([[0], [1]], [10.0, 2.0])
+    env.run(until=0.7)
+    assert net.rates()[tr.id] == pytest.approx(water_fill([[0], [1]], [10.0, 1.0]))
+    env.run(until=1.5)
+    assert net.rates()[tr.id] == pytest.approx([0.0, 1.0])
+    assert net.n_active_flows == 1
+    env.run()
+    assert env.now == pytest.approx(2.0)
+    assert net.n_components == 0 and net.n_active_flows == 0 and not net.transfers
+
+
+def test_rates_equal_the_reference_at_every_event():
+    """After every start and completion, the engine's rates are the water-filling rates of the
+    flows still sending (their routes taken from the transfers)."""
+    rng = np.random.default_rng(5)
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.asarray(CAP))
+    checks = []
+
+    def check():
+        yield env.timeout(0)  # after the engine handled the event
+        live = [(tr, i) for tr in net.transfers.values() for i in np.flatnonzero(tr.active)]
+        got = np.array([net.rates()[tr.id][i] for tr, i in live])
+        ref = water_fill([tr.routes[i].tolist() for tr, i in live], list(CAP))
+        assert got == pytest.approx(ref, rel=1e-9)
+        checks.append(len(live))
+
+    def start(t, routes, sizes, steps):
+        yield env.timeout(t)
+        tr = net.transfer(routes, sizes, steps=steps)
+        env.process(check())
+        tr.on_done.append(lambda _t: env.process(check()))
+
+    for k in range(15):
+        nf = int(rng.integers(1, 4))
+        routes = [sorted(set(rng.integers(0, 5, int(rng.integers(1, 3))).tolist()))
+                  for _ in range(nf)]
+        env.process(start(float(rng.uniform(0, 4)), routes, rng.uniform(1, 20, nf).tolist(),
+                          1 + k % 3))
+    env.run()
+    assert len(checks) == 30 and max(checks) > 3
+
+
+def test_route_pattern_cache_reuses_allocations():
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 10.0]))
+    assert (net.recomputes, net.cache_hits) == (0, 0)
+    a = net.transfer([[0], [1]], [10.0, 10.0], key="p")
+    env.run()
+    assert (net.recomputes, net.cache_hits) == (1, 0)
+    b = net.transfer([[0], [1]], [10.0, 10.0], key="p")
+    env.run()
+    assert (net.recomputes, net.cache_hits) == (1, 1)
+    assert a.finished and b.finished and env.now == pytest.approx(2.0)
+    assert a.id != b.id
+    assert net.link_bytes == pytest.approx([20.0, 20.0])
+    assert net.link_busy == pytest.approx([2.0, 2.0])
+
+
+def test_contention_that_ends_mid_step_keeps_the_barrier():
+    """Background traffic on link 0 ends while every ring flow is still inside step 1: the
+    rates are equal again but the flows are no longer in step; the barrier still holds."""
+    ring = dict(start=0.0, routes=[[0], [1], [2], [3]], sizes=[40.0] * 4, steps=4, key="r")
+    bg = dict(start=0.1, routes=[[0]], sizes=[2.0])
+    probe = dict(start=1.0, routes=[[1]], sizes=[1.0])  # link 1 while flow 1 waits at 1-1.2
+    cap = [10.0] * 4
+    ends, _ = engine_run(cap, [ring, bg, probe])
+    ref = fluid(cap, [ring, bg, probe])
+    assert ends == pytest.approx(ref, rel=1e-9)
+    # step 1 ends at 1.2 (flow 0 lost 2 B to the background), steps 2-4 take 1 s each; the
+    # probe has link 1 to itself while flow 1 waits at the barrier
+    assert ref == pytest.approx([4.2, 0.5, 1.1])
+
+
+def test_link_counters_read_mid_transfer_are_not_counted_twice():
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 10.0, 10.0]))
+    net.transfer([[0, 1], [2]], [20.0, 10.0], key="k")
+    env.run(until=0.5)
+    net.sync()
+    assert net.link_bytes == pytest.approx([5.0, 5.0, 5.0])
+    assert net.link_busy == pytest.approx([0.5, 0.5, 0.5])
+    env.run()
+    assert net.link_bytes == pytest.approx([20.0, 20.0, 10.0])
+    assert net.link_busy == pytest.approx([2.0, 2.0, 1.0])
+
+
+@pytest.mark.parametrize("key", [None, "empty"])
+def test_a_transfer_without_flows_completes_at_once(key):
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0]))
+    tr = net.transfer([], [], key=key)
+    assert tr.finished and tr.done.triggered
+    local = net.transfer([[]], [5.0], latency=0.25)   # a local copy: only the latency
+    env.run()
+    assert local.finished and env.now == pytest.approx(0.25)
+
+
+def test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut():
+    """Flow 1 ends step 1 and is parked, then both flows are cut; flow 1 comes back first
+    (still ahead: parked again, nothing sends), flow 0 later. The transfer must not end
+    before flow 0 has delivered everything."""
+    transfers = [dict(start=0.0, routes=[[0], [1]], sizes=[20.0, 10.0], steps=2)]
+    cuts = [(0.6, 0, 1, 0.8, [2]), (0.7, 0, 0, 1.5, [3])]
+    ends, _net = _check(transfers, cuts)
+    # flow 0: 7 B by 0.7, the other 3 B of step 1 from 1.5 over link 3 (6 B/s, to 2.0), step
+    # 2 (10 B) to 2.0 + 10/6
+    assert ends[0] == pytest.approx(2.0 + 10 / 6)
+
+
+def test_cached_allocations_of_several_transfers_give_the_same_times():
+    """Two keyed transfers sharing link 1 run twice: the second time their allocation comes
+    from the cache (the slices of each transfer must still be its own)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 10.0, 4.0]))
+    times = []
+    for _ in range(2):
+        t0 = env.now
+        a = net.transfer([[0, 1], [2]], [10.0, 8.0], key="a")
+        b = net.transfer([[1]], [30.0], key="b")
+        env.run()
+        times.append((env.now - t0, a.finished, b.finished))
+    ref = fluid([10.0, 10.0, 4.0], [dict(start=0.0, routes=[[0, 1], [2]], sizes=[10.0, 8.0]),
+                                    dict(start=0.0, routes=[[1]], sizes=[30.0])])
+    assert times[0] == times[1] == (pytest.approx(max(ref)), True, True)
+    assert net.cache_hits >= 1
+
+
+def test_sub_byte_steps_keep_the_barrier():
+    ring = dict(start=0.0, routes=[[0], [1], [2]], sizes=[1.5, 1.5, 1.5], steps=3)
+    bg = [dict(start=0.02 * k, routes=[[k % 3]], sizes=[0.05]) for k in range(8)]
+    cap = [1.0, 1.0, 1.0]
+    ends, _ = engine_run(cap, [ring, *bg])
+    assert ends == pytest.approx(fluid(cap, [ring, *bg]), rel=1e-9)

@@ -1,0 +1,449 @@
+"""A small AST mutation tester for the model's core modules (``make mutate``; not in ``make test``).
+
+For every module named in ``tools/mutation_targets.toml`` it generates *mutants* (one small
+change each), runs the module's test files against every mutant and reports how many the tests
+*kill* (some test fails or the suite errors), how many *survive* (all pass), how many run past
+the time limit (*timeout*, counted as detected) and how many are listed as *equivalent* in
+``tools/mutation_equivalent.toml`` (the change cannot alter any output; each entry says why).
+
+Mutation operators (``kind`` in the report):
+
+* ``cmp``    a comparison negated (``<`` -> ``>=``, ``<=`` -> ``>``, ``==`` -> ``!=``, ...);
+* ``arith``  an arithmetic operator swapped (``+`` <-> ``-``, ``*`` <-> ``/``, ``//`` -> ``*``,
+  ``%`` -> ``//``, ``**`` -> ``*``), also in augmented assignments;
+* ``drop``   the right term of a sum or difference dropped (``a + b`` -> ``a``);
+* ``const``  a numeric constant perturbed (integers ``n -> n + 1``, floats ``x -> 2 x``,
+  ``0.0 -> 1.0``);
+* ``minmax`` ``min`` <-> ``max`` (builtins, ``np.minimum/maximum``, ``.min()/.max()``,
+  ``argmin/argmax``, ``floor/ceil``);
+* ``bool``   ``and`` <-> ``or``, ``not x`` -> ``x``, ``True`` <-> ``False``, ``-x`` -> ``x``.
+
+Docstrings, annotations, decorators, f-strings and ``raise`` statements (error messages) are not
+mutated. A mutant's id names the enclosing function, the operator, the source of the mutated
+node and an occurrence number, so ids survive edits elsewhere in the module.
+
+Each worker owns a private copy of the repository in a temporary directory (parallel-safe);
+the mutant is written there and the tests run with that copy first on ``sys.path``. Score =
+(killed + timeout) / (killed + timeout + survived), equivalent mutants excluded.
+
+Usage::
+
+    python tools/mutate.py                       # every module, 2 workers
+    python tools/mutate.py --module thermal      # modules whose path contains "thermal"
+    python tools/mutate.py --max 40 --seed 1     # a seeded sample of 40 mutants per module
+    python tools/mutate.py --list --module regulator   # print the mutants, run nothing
+
+Writes a CSV (``--csv``, default ``runs/mutation.csv``) with one row per mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = ROOT / "tools" / "mutation_targets.toml"
+EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
+
+_CMP_NEG = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt,
+            ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+            ast.In: ast.NotIn, ast.NotIn: ast.In}
+_ARITH = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+          ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult,
+          ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.LShift: ast.RShift,
+          ast.RShift: ast.LShift}
+_SYM = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+        ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.Add: "+",
+        ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+        ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.LShift: "<<", ast.RShift: ">>"}
+_MINMAX = {"min": "max", "max": "min", "minimum": "maximum", "maximum": "minimum",
+           "argmin": "argmax", "argmax": "argmin", "amin": "amax", "amax": "amin",
+           "fmin": "fmax", "fmax": "fmin", "floor": "ceil", "ceil": "floor",
+           "nanmin": "nanmax", "nanmax": "nanmin"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One change to one module."""
+
+    module: str      # path relative to the repository root
+    index: int       # position of the node in ast.walk order (to re-apply the change)
+    kind: str
+    op: str          # what changes, e.g. "< -> >="
+    func: str        # enclosing qualified name
+    line: int
+    snippet: str     # source of the mutated node
+    occurrence: int  # among mutants with the same (func, kind, op, snippet)
+
+    @property
+    def id(self) -> str:
+        """Stable identifier (used by the equivalent list)."""
+        return f"{self.func}|{self.kind}|{self.op}|{self.snippet}|{self.occurrence}"
+
+
+def _skip_ids(tree: ast.AST) -> set[int]:
+    """ids of nodes not to mutate: docstrings, annotations, decorators, f-strings, raises."""
+    skip: set[int] = set()
+
+    def cover(node: ast.AST | None) -> None:
+        if node is not None:
+            skip.update(id(n) for n in ast.walk(node))
+
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            cover(body[0])
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            cover(node.returns)
+            for d in node.decorator_list:
+                cover(d)
+            for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
+                cover(a.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            cover(node.annotation)
+        elif isinstance(node, ast.ClassDef):
+            for d in node.decorator_list:
+                cover(d)
+        elif isinstance(node, ast.JoinedStr | ast.Raise | ast.Import | ast.ImportFrom):
+            cover(node)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in ("__slots__", "__all__") for t in node.targets):
+            cover(node)
+    return skip
+
+
+def _qualnames(tree: ast.AST) -> dict[int, str]:
+    """Enclosing qualified name of every node."""
+    out: dict[int, str] = {}
+
+    def visit(node: ast.AST, name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            sub = name
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                sub = f"{name}.{child.name}" if name else child.name
+            out[id(child)] = sub
+            visit(child, sub)
+
+    visit(tree, "")
+    return out
+
+
+def _candidates(node: ast.AST) -> list[tuple[str, str, object]]:
+    """(kind, description, payload) of each mutation applicable to ``node``."""
+    out: list[tuple[str, str, object]] = []
+    if isinstance(node, ast.Compare):
+        for k, op in enumerate(node.ops):
+            new = _CMP_NEG.get(type(op))
+            if new is not None:
+                out.append(("cmp", f"{_SYM[type(op)]} -> {_SYM[new]}", ("cmp", k, new)))
+    elif isinstance(node, ast.BinOp | ast.AugAssign):
+        new = _ARITH.get(type(node.op))
+        if new is not None:
+            out.append(("arith", f"{_SYM[type(node.op)]} -> {_SYM[new]}", ("arith", new)))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+            out.append(("drop", f"drop right term of {_SYM[type(node.op)]}", ("drop",)))
+    elif isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        v = node.value
+        if isinstance(v, int):
+            out.append(("const", f"{v} -> {v + 1}", ("const", v + 1)))
+        elif isinstance(v, float):
+            new = 1.0 if v == 0.0 else 2.0 * v
+            out.append(("const", f"{v!r} -> {new!r}", ("const", new)))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        out.append(("bool", f"{node.value} -> {not node.value}", ("const", not node.value)))
+    elif isinstance(node, ast.BoolOp):
+        new = ast.Or if isinstance(node.op, ast.And) else ast.And
+        out.append(("bool", f"{'and' if new is ast.Or else 'or'} -> "
+                            f"{'or' if new is ast.Or else 'and'}", ("boolop", new)))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub):
+        out.append(("bool", "drop not" if isinstance(node.op, ast.Not) else "drop unary -",
+                    ("unary",)))
+    elif isinstance(node, ast.Call):
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if name in _MINMAX and not (isinstance(f, ast.Name) and name in ("floor", "ceil")):
+            out.append(("minmax", f"{name} -> {_MINMAX[name]}", ("minmax", _MINMAX[name])))
+    return out
+
+
+def _apply(node: ast.AST, payload: tuple) -> ast.AST | None:
+    """Mutate ``node`` in place; returns a replacement node when the node itself changes."""
+    what = payload[0]
+    if what == "cmp":
+        node.ops[payload[1]] = payload[2]()
+    elif what == "arith":
+        node.op = payload[1]()
+    elif what == "drop":
+        return node.left
+    elif what == "const":
+        node.value = payload[1]
+    elif what == "boolop":
+        node.op = payload[1]()
+    elif what == "unary":
+        return node.operand
+    elif what == "minmax":
+        if isinstance(node.func, ast.Name):
+            node.func.id = payload[1]
+        else:
+            node.func.attr = payload[1]
+    return None
+
+
+_SOURCES: dict[str, str] = {}  # module -> its text when the mutants were made (a snapshot)
+
+
+def mutants(module: str) -> list[Mutant]:
+    """Every mutant of ``module`` (path relative to the repository root)."""
+    src = _SOURCES.setdefault(module, (ROOT / module).read_text())
+    tree = ast.parse(src)
+    skip = _skip_ids(tree)
+    names = _qualnames(tree)
+    seen: Counter = Counter()
+    out = []
+    for index, node in enumerate(ast.walk(tree)):
+        if id(node) in skip:
+            continue
+        for kind, op, _payload in _candidates(node):
+            snippet = " ".join(ast.unparse(node).split())[:80]
+            func = names.get(id(node), "") or "<module>"
+            key = (func, kind, op, snippet)
+            out.append(Mutant(module, index, kind, op, func, getattr(node, "lineno", 0),
+                              snippet, seen[key]))
+            seen[key] += 1
+    return out
+
+
+def mutated_source(m: Mutant) -> str:
+    """Source text of the module with mutant ``m`` applied."""
+    tree = ast.parse(_SOURCES.get(m.module) or (ROOT / m.module).read_text())
+    nodes = list(ast.walk(tree))
+    target = nodes[m.index]
+    payloads = [p for kind, op, p in _candidates(target) if kind == m.kind and op == m.op]
+    if not payloads:
+        raise RuntimeError(f"mutant {m.id} no longer applies")
+    replacement = _apply(target, payloads[0])
+    if replacement is not None:
+        for parent in nodes:
+            for field, value in ast.iter_fields(parent):
+                if value is target:
+                    setattr(parent, field, replacement)
+                elif isinstance(value, list):
+                    for i, item in enumerate(value):
+                        if item is target:
+                            value[i] = replacement
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def load_targets() -> dict[str, list[str]]:
+    """module -> test files, from ``tools/mutation_targets.toml``."""
+    data = tomllib.loads(TARGETS.read_text())
+    return {m: list(v["tests"]) for m, v in data["modules"].items()}
+
+
+def load_equivalent() -> dict[tuple[str, str], str]:
+    """(module, mutant id) -> reason, from ``tools/mutation_equivalent.toml``."""
+    if not EQUIVALENT.exists():
+        return {}
+    data = tomllib.loads(EQUIVALENT.read_text())
+    out = {}
+    for e in data.get("equivalent", []):
+        if not e.get("reason", "").strip():
+            raise SystemExit(f"{EQUIVALENT}: entry {e.get('id')!r} has no reason")
+        out[(e["module"], e["id"])] = e["reason"]
+    return out
+
+
+class Sandbox:
+    """A private copy of the repository (no .venv/.git) where one mutant at a time is run."""
+
+    _IGNORE = staticmethod(shutil.ignore_patterns(
+        ".venv", ".git", "runs", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache",
+        "*.egg-info", "*.h5", "docs"))
+
+    def __init__(self, base: Path):
+        self.dir = Path(tempfile.mkdtemp(prefix="mutate-", dir=base))
+        shutil.copytree(ROOT, self.dir / "repo", ignore=self._IGNORE)
+        self.repo = self.dir / "repo"
+
+    def run(self, tests: list[str], timeout: float, module: str | None = None,
+            source: str | None = None) -> tuple[str, float]:
+        """Run ``tests`` with ``module`` replaced by ``source``; returns (status, seconds)."""
+        path = self.repo / module if module else None
+        original = path.read_text() if path else None
+        if path is not None and source is not None:
+            path.write_text(source)
+            cache = path.parent / "__pycache__"
+            for pyc in cache.glob(f"{path.stem}.*.pyc"):
+                pyc.unlink()
+        env = dict(os.environ, PYTHONPATH=str(self.repo), PYTHONHASHSEED="0")
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               "-m", "not slow", "--no-header", "-o", "addopts=", *tests]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=self.repo, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=timeout,
+                                  start_new_session=True)
+            status = "survived" if proc.returncode == 0 else "killed"
+            if proc.returncode == 5:
+                status = "no-tests"
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+        finally:
+            if path is not None and original is not None:
+                path.write_text(original)
+                for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+                    pyc.unlink()
+        return status, time.perf_counter() - t0
+
+    def check_isolated(self) -> None:
+        """The copy, not the installed checkout, must be what the tests import."""
+        env = dict(os.environ, PYTHONPATH=str(self.repo))
+        out = subprocess.run([sys.executable, "-c", "import twin, devices, workloads;"
+                              "print(twin.__file__, devices.__file__, workloads.__file__)"],
+                             cwd=self.repo, env=env, capture_output=True, text=True, check=True)
+        if any(not p.startswith(str(self.repo)) for p in out.stdout.split()):
+            raise SystemExit(f"sandbox imports the checkout, not its copy: {out.stdout}")
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--module", action="append", default=[],
+                    help="only modules whose path contains this text (repeatable)")
+    ap.add_argument("--max", type=int, default=0,
+                    help="run a seeded random sample of at most this many mutants per module")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the --max sample")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel workers (default 2)")
+    ap.add_argument("--timeout-factor", type=float, default=4.0,
+                    help="per-mutant limit = factor x the unmutated run's time (min 60 s)")
+    ap.add_argument("--csv", default=str(ROOT / "runs" / "mutation.csv"))
+    ap.add_argument("--list", action="store_true", help="list mutants and exit")
+    ap.add_argument("--show-survivors", action="store_true", default=True)
+    args = ap.parse_args(argv)
+
+    targets = load_targets()
+    equivalent = load_equivalent()
+    chosen = [m for m in targets if not args.module or any(s in m for s in args.module)]
+    if not chosen:
+        print(f"no module matches {args.module}; known: {', '.join(targets)}", file=sys.stderr)
+        return 2
+    plan: dict[str, list[Mutant]] = {}
+    for module in chosen:
+        ms = mutants(module)
+        ids = {m.id for m in ms}
+        for (mod, mid) in equivalent:
+            if mod == module and mid not in ids:
+                print(f"warning: equivalent entry no longer matches a mutant: {mid}",
+                      file=sys.stderr)
+        plan[module] = ms
+    if args.list:
+        for module, ms in plan.items():
+            for m in ms:
+                eq = " [equivalent]" if (module, m.id) in equivalent else ""
+                print(f"{module}:{m.line}: {m.kind:6s} {m.op:28s} {m.snippet}{eq}\n    id: {m.id}")
+        return 0
+
+    rows: list[dict] = []
+    summary: dict[str, Counter] = {}
+    base = Path(tempfile.gettempdir())
+    pool_boxes: list[Sandbox] = []
+    local = threading.local()
+    lock = threading.Lock()
+
+    def box() -> Sandbox:
+        if not hasattr(local, "box"):
+            local.box = Sandbox(base)
+            local.box.check_isolated()
+            with lock:
+                pool_boxes.append(local.box)
+        return local.box
+
+    try:
+        for module, ms in plan.items():
+            tests = targets[module]
+            todo = [m for m in ms if (module, m.id) not in equivalent]
+            n_eq = len(ms) - len(todo)
+            if args.max and len(todo) > args.max:
+                todo = sorted(random.Random(args.seed).sample(todo, args.max),
+                              key=lambda m: m.index)
+            status, t_clean = box().run(tests, timeout=1800)
+            if status != "survived":
+                print(f"{module}: the unmutated module fails its tests ({status}); skipped",
+                      file=sys.stderr)
+                continue
+            limit = max(60.0, args.timeout_factor * t_clean)  # a loaded machine is slow
+            print(f"{module}: {len(todo)} mutants ({n_eq} equivalent), tests {tests}, "
+                  f"clean run {t_clean:.1f} s, limit {limit:.0f} s", flush=True)
+            counts: Counter = Counter(equivalent=n_eq)
+
+            def one(m: Mutant, tests=tests, limit=limit) -> tuple[Mutant, str, float]:
+                try:
+                    st, secs = box().run(tests, limit, m.module, mutated_source(m))
+                except Exception as exc:  # a mutant that cannot be built is reported, not fatal
+                    print(f"  error {m.id}: {exc}", file=sys.stderr, flush=True)
+                    return m, "error", 0.0
+                return m, st, secs
+
+            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+                for k, (m, st, secs) in enumerate(ex.map(one, todo), 1):
+                    if k % 20 == 0:
+                        print(f"  ... {k}/{len(todo)} {dict(counts)}", flush=True)
+                    counts[st] += 1
+                    rows.append(dict(module=module, id=m.id, kind=m.kind, line=m.line,
+                                     op=m.op, snippet=m.snippet, status=st,
+                                     seconds=round(secs, 2)))
+                    if st == "survived" and args.show_survivors:
+                        print(f"  survived {module}:{m.line} [{m.func}] {m.kind} {m.op}: "
+                              f"{m.snippet}", flush=True)
+            for m in ms:
+                if (module, m.id) in equivalent:
+                    rows.append(dict(module=module, id=m.id, kind=m.kind, line=m.line, op=m.op,
+                                     snippet=m.snippet, status="equivalent", seconds=0.0))
+            summary[module] = counts
+    finally:
+        for b in pool_boxes:
+            b.close()
+
+    out = Path(args.csv)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["module", "id", "kind", "line", "op", "snippet",
+                                           "status", "seconds"])
+        w.writeheader()
+        w.writerows(rows)
+    print()
+    print(f"{'module':40s} {'killed':>7s} {'timeout':>7s} {'survived':>8s} {'equiv':>6s} "
+          f"{'score':>6s}")
+    worst = 1.0
+    for module, c in summary.items():
+        det = c["killed"] + c["timeout"]
+        denom = det + c["survived"] + c["no-tests"]
+        score = det / denom if denom else 1.0
+        worst = min(worst, score)
+        print(f"{module:40s} {c['killed']:7d} {c['timeout']:7d} {c['survived']:8d} "
+              f"{c['equivalent']:6d} {100 * score:5.1f}%")
+    print(f"\nCSV: {out}")
+    return 0 if worst >= 0.85 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
