@@ -31,7 +31,7 @@ from twin.per_device import (
     DEVICE_COLUMNS,
     DEVICE_UNITS,
     class_inlets,
-    device_frame,
+    device_columns,
     router_energy_j,
 )
 from twin.recording import TraceRecorder, write_phase_links, write_power_tables
@@ -153,9 +153,9 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         _static_tables(writer, tables, model, fabric, ex, env.now, faults)
         if "devices" in tables:
-            df = device_frame(model, fabric, ex, env.now)
+            cols = device_columns(model, fabric, ex, env.now)
             writer.table("devices", DEVICE_COLUMNS, DEVICE_UNITS).extend(
-                {k: df[k].to_numpy() for k in DEVICE_COLUMNS})
+                {k: cols[k] for k in DEVICE_COLUMNS})
         write_power_tables(writer, ex.accelerators, tables)
         write_phase_links(writer, fabric, tables)
         summary["wall_time_s"] = time.perf_counter() - wall0

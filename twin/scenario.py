@@ -467,13 +467,13 @@ def _check_topology(scen: Scenario) -> list[Problem]:
 
 def _check_algorithms(scen: Scenario) -> list[Problem]:
     """An explicit torus2d / hierarchical algorithm must fit every group of its kind."""
-    from workloads import collectives
-    from workloads.parallel import Layout
-
     net, w = scen.network, scen.workload
     wanted = {k: a for k, a in net.algorithms.items() if a in ("torus2d", "hierarchical")}
     if not wanted:
         return []
+    from workloads import collectives  # only here: the fabric and NetworkX come with them
+    from workloads.parallel import Layout
+
     par = w.parallelism
     topo = _build_graph(scen)
     g = w.sharding.group
