@@ -55,6 +55,13 @@ class RunResult:
     notes: tuple[str, ...] = ()  # e.g. stale partial traces of a killed run that were removed
 
 
+def uses_chaining(scen: Scenario) -> bool:
+    """Whether pipeline sends and single-class tensor-parallel collectives run as chained
+    fabric transfers instead of processes (same times; only where nothing can abort them,
+    and not in ``simulation.exact`` mode)."""
+    return not scen.faults and scen.network.model == "flow" and not scen.simulation.exact
+
+
 def simulate(model: Model, recorder: Recorder, message_sink=None,
              record_data: bool = False) -> tuple[Engine, Fabric, Executor, list]:
     """Run the SimPy model to completion; returns engine, fabric, executor (its ``data``: the
@@ -93,7 +100,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                                w.iterations, record=record_data)
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
-                        chained=not scen.faults and net.model == "flow", data=data)
+                        chained=uses_chaining(scen), data=data)
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block

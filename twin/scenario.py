@@ -117,6 +117,11 @@ class SimulationSpec(StrictModel):
         default=True, description="true: simulate one representative of ranks that nothing "
                                   "random or faulty distinguishes (only where that is exact); "
                                   "false: simulate every rank")
+    exact: bool = Field(
+        default=False, description="true: turn every shortcut off for validation (no rank "
+                                   "symmetry, every transfer and collective as its own "
+                                   "process); the summary's shortcuts_used lists the ones a "
+                                   "run took")
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, description="coefficient of variation of compute-op durations "
                                  "(lognormal); > 0 makes runs depend on the seed")
@@ -168,7 +173,7 @@ class Scenario(StrictModel):
         from scenarios.faults import breaks_symmetry
 
         sim = self.simulation
-        return (sim.symmetry and sim.compute_jitter_cov == 0
+        return (sim.symmetry and not sim.exact and sim.compute_jitter_cov == 0
                 and not breaks_symmetry(self.faults) and self.memory.model == "roofline"
                 and self.power.thermal.inlet_gradient_k == 0)
 
