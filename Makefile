@@ -30,7 +30,7 @@ fuzz: $(STAMP)
 	$(PY) -m tests.fuzzing --cases 5000 --seed 0 --timeout 25
 
 bench: $(STAMP)
-	$(PY) -m experiments.bench
+	$(PY) -m experiments.bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
