@@ -70,8 +70,9 @@ def _gpt1t() -> dict:
 
 #: name -> (scenario builder, in --quick, target text)
 CONFIGS = {
+    "gpt3-175b/64": (lambda: _gpt3(64), True, ""),
     "gpt3-175b/256": (lambda: _gpt3(256), True, ""),
-    "gpt3-175b/1024": (lambda: _gpt3(1024), True, ""),
+    "gpt3-175b/1024": (lambda: _gpt3(1024), False, ""),
     "gpt3-175b/256 jitter": (lambda: _gpt3(256, 0.05), True, "about linear in devices"),
     "gpt3-175b/1024 jitter": (lambda: _gpt3(1024, 0.05), False, "about linear in devices"),
     "gpt3-175b/4096 jitter": (lambda: _gpt3(4096, 0.05), False, "fast <= 30 s, <= 4 GiB"),

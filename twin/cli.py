@@ -210,7 +210,7 @@ def check_file(path: str, overrides: list[str]) -> str:
     if kind == "scenario":
         from twin.scenario import load_scenario  # not twin.api: checking needs no simulator
 
-        scen = load_scenario(path, overrides)
+        scen = load_scenario(raw, overrides, source=str(Path(path)))  # read once
         return f"scenario {scen.name}"
     if overrides:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "

@@ -6,7 +6,9 @@ gives the same trace, bit for bit.
 
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,19 @@ class RunResult:
     trace_path: Path | None
     iteration_times_s: tuple[float, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. stale partial traces of a killed run that were removed
+
+
+@contextmanager
+def _frozen_heap():
+    """Exempt everything built before the simulation (topology, routes, programs, agents)
+    from the cyclic garbage collector while it runs: its full collections otherwise rescan
+    that heap again and again, a cost that grows with devices x events (about 10% of a
+    1024-device run without symmetry). Undone afterwards; nothing is freed any later."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def uses_chaining(scen: Scenario) -> bool:
@@ -107,7 +122,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     injector.start()
     # ends when every iteration is done, or when failures cut the job off for good
     try:
-        env.run(until=env.any_of([executor.done, injector.stalled]))
+        with _frozen_heap():
+            env.run(until=env.any_of([executor.done, injector.stalled]))
     except (OverflowError, FloatingPointError) as exc:
         th = scen.power.thermal
         raise InfeasibleConfig([Problem(

@@ -361,20 +361,23 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 def load_scenario(path: str | Path | dict[str, Any],
-                  overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+                  overrides: list[str] | dict[str, Any] | None = None,
+                  source: str | None = None) -> Scenario:
     """Load, resolve and validate a scenario.
 
     Args:
         path: a YAML file, or an already parsed mapping.
         overrides: ``["workload.parallelism.dp=4", ...]`` or ``{"seed": 3}``; values are parsed
             as YAML and validated with the schema's types.
+        source: where an already parsed mapping came from (named in errors; default
+            ``<dict>``).
 
     Raises:
         ScenarioError: listing every problem (missing file, malformed YAML, unknown key, wrong
             type, unknown catalog name, inconsistent sections), each with its field path.
     """
     if isinstance(path, dict):
-        return _build(path, overrides, source="<dict>")
+        return _build(path, overrides, source=source or "<dict>")
     p = Path(path)
     raw = read_yaml(p, "scenario")
     return _build(raw, overrides, source=str(p))
