@@ -124,6 +124,7 @@ def run(quick: bool = True, timeout: float = 900.0) -> pd.DataFrame:
         for m, x in res.items():
             ok = x.get("status") == "ok"
             r[f"{m}_wall_s"] = x["wall_s"] if ok else math.nan
+            r[f"{m}_cpu_s"] = x["cpu_s"] if ok else math.nan  # less disturbed by other load
             r[f"{m}_events"] = x["events"] if ok else math.nan
             r[f"{m}_peak_gib"] = x["peak_gib"] if ok else math.nan
             if not ok:
