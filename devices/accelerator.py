@@ -491,11 +491,18 @@ class Accelerator:
 
     def power_segments(self) -> np.ndarray:
         """All power segments so far, shape (n, 6): t_start, t_end, watts (per device),
-        state code, P-state index, temperature at t_end (C)."""
-        parts = [*self._chunks]
+        state code, P-state index, temperature at t_end (C). Read-only; packed once and
+        reused until new segments arrive (the summary asks for it several times per agent)."""
         if self._seg:
-            parts.append(np.array(self._seg, dtype=float))
-        return np.concatenate(parts) if parts else np.empty((0, 6))
+            self._chunks.append(np.array(self._seg, dtype=float))
+            self._seg = []
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        if not self._chunks:
+            return np.empty((0, 6))
+        seg = self._chunks[0]
+        seg.flags.writeable = False
+        return seg
 
     def state_names(self) -> list[str]:
         """Names of the state codes of :meth:`power_segments` (block names, idle, dvfs)."""
