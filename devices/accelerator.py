@@ -1,9 +1,12 @@
 """Accelerators: the roofline compute model and the device agent that executes blocks.
 
 A kernel takes ``max(flops / F * f_max / f, bytes / M) + overhead`` seconds, where ``F`` is the
-achievable GEMM throughput at the run's precision (datasheet peak x measured matmul efficiency,
-times the wave-quantization efficiency of the GEMM's shape) for GEMMs and the fp32 vector peak
-for element-wise kernels, ``M`` the achievable HBM bandwidth,
+achievable GEMM throughput at the kernel's precision (datasheet peak x measured matmul
+efficiency, times the wave-quantization efficiency of the GEMM's output shape for the best of
+the device's tiles, divided by ``1 + k_half / k`` for a reduction of length ``k``) for GEMMs,
+the device's fused-attention efficiency for FlashAttention kernels (executing the causal half
+of the scores), and the vector (fp32 CUDA-core / VPU) peak for element-wise kernels, ``M`` the
+achievable HBM bandwidth,
 ``overhead`` the per-kernel launch/tail time (all from the device catalog) and ``f`` the clock:
 math time scales with the clock, memory time does not.
 
@@ -51,6 +54,16 @@ class BlockCost:
     math_s: float = 0.0      # math time at the top clock
 
 
+def best_wave_efficiency(shape: tuple[float, float, float] | None, units: int | None,
+                         tiles: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> float:
+    """Wave efficiency of the GEMM's best tile among ``tiles`` (the library's heuristic picks
+    the tile configuration that keeps the units busiest; NVIDIA Deep Learning Performance
+    Guide, "Matrix Multiplication Background": cuBLAS chooses among several tile sizes)."""
+    if not tiles:
+        return 1.0
+    return max(wave_efficiency(shape, units, t) for t in tiles)
+
+
 def wave_efficiency(shape: tuple[float, float, float] | None, units: int | None,
                     tile: tuple[int, int] | None) -> float:
     """Fraction of the compute units busy over a GEMM's waves of output tiles.
@@ -81,8 +94,10 @@ class ComputeModel:
         self.spec = spec
         self.precision = precision
         self.gemm_flops_per_s = spec.achievable_flops(precision)
-        vec = "fp32" if "fp32" in spec.peak_tflops else precision
-        self.vector_flops_per_s = spec.achievable_flops(vec)
+        self.vector_flops_per_s = spec.vector_flops()
+        self.vector_power = spec.vector_power_fraction
+        self.tiles = spec.tile_candidates()
+        self._rates: dict[tuple[str, str | None], float] = {}
         self.mem_bytes_per_s = spec.hbm_bytes_per_s
         self.overhead_s = spec.kernel_overhead_us * 1e-6
         self.power = DevicePower(spec, hbm_pj_per_bit)
@@ -107,19 +122,53 @@ class ComputeModel:
             self._cache[key] = cost
         return cost
 
-    def _compute(self, block, math_scale: float, mem_scale: float) -> BlockCost:
-        fl = np.array([k.flops for k in block.kernels], dtype=float)
-        by = np.array([k.bytes for k in block.kernels], dtype=float)
-        gemm = np.array([k.gemm for k in block.kernels], dtype=bool)
-        spec = self.spec
-        waves = np.array([wave_efficiency(k.shape, spec.compute_units, spec.gemm_tile)
-                          for k in block.kernels])
-        rate = np.where(gemm, self.gemm_flops_per_s * waves, self.vector_flops_per_s)
+    def _rate(self, kernel) -> float:
+        """Math throughput of one kernel before wave quantization, FLOP/s: the GEMM peak of
+        its precision x the measured matmul efficiency (x the fused-attention efficiency for
+        FlashAttention kernels), or the vector (CUDA-core / VPU) peak for element-wise ones."""
+        if not kernel.gemm:
+            return self.vector_flops_per_s
+        key = (kernel.precision or self.precision, kernel.fused)
+        r = self._rates.get(key)
+        if r is None:
+            prec = key[0] if self.spec.supports(key[0]) else self.precision
+            r = self.spec.achievable_flops(prec)
+            if kernel.fused is not None:
+                r = self.spec.peak_flops(prec) * self.spec.attention_fraction(kernel.fused)
+            self._rates[key] = r
+        return r
+
+    def _times(self, block, math_scale: float = 1.0, mem_scale: float = 1.0):
+        """Per-kernel ``(duration, math time at the top clock, vector?)`` arrays."""
+        ks = block.kernels
+        fl = np.array([k.flops * k.executed for k in ks], dtype=float)
+        by = np.array([k.bytes for k in ks], dtype=float)
+        gemm = np.array([k.gemm for k in ks], dtype=bool)
+        units = self.spec.compute_units
+        waves = np.array([best_wave_efficiency(k.shape, units, self.tiles) if k.fused is None
+                          else 1.0 for k in ks])
+        rate = np.array([self._rate(k) for k in ks]) * waves
+        kh = self.spec.gemm_k_half
+        if kh > 0:  # short main loops: the tile prologue / epilogue is not amortised
+            rate = rate / np.array([1.0 + kh / k.depth if k.depth else 1.0 for k in ks])
         t_math = fl / rate
         t_mem = by / self.mem_bytes_per_s * mem_scale
         dur = np.maximum(t_math * math_scale, t_mem) + self.overhead_s
+        return dur, t_math, gemm
+
+    def kernel_times(self, block) -> np.ndarray:
+        """Duration of each kernel of ``block`` at the top clock and nominal memory, s."""
+        return self._times(block)[0]
+
+    def _compute(self, block, math_scale: float, mem_scale: float) -> BlockCost:
+        dur, t_math, gemm = self._times(block, math_scale, mem_scale)
+        fl = np.array([k.flops for k in block.kernels], dtype=float)
+        by = np.array([k.bytes for k in block.kernels], dtype=float)
         math_s = float(np.sum(t_math))
-        compute_j = math_s * self.dynamic_max_w  # u_c * dur * P_dyn, summed over kernels
+        # u_c * dur * P_dyn, summed over kernels: tensor-core math at the full dynamic power,
+        # vector math (element-wise kernels) at the vector units' share of it
+        compute_j = float(t_math[gemm].sum() + self.vector_power * t_math[~gemm].sum()
+                          ) * self.dynamic_max_w
         memory_j = float(np.sum(by) * self.hbm_j_per_byte)
         total = float(dur.sum())
         return BlockCost(total, float(fl[gemm].sum()), compute_j, memory_j,
@@ -221,7 +270,7 @@ class Accelerator:
         self.thermal = setup.thermal
         self.ambient_c = setup.ambient_for(cls)
         self._ambient_next: float | None = None
-        self.temp_c = setup.initial_temp_c(self.ambient_c)
+        self.temp_c = setup.initial_temp_c(self.ambient_c, stage)
         self.stats.max_temp_c = self.temp_c
         th = spec.thermal
         self.temp_limit_c = self.thermal.limit_c if self.thermal else math.inf

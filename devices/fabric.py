@@ -23,6 +23,7 @@ withdraws its traffic; its bytes count as ``bytes_dropped``, so
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -32,7 +33,7 @@ import simpy
 
 from devices.link import Link, LinkDown
 from devices.spec import LinkSpec
-from topologies.routing import NoRoute
+from topologies.routing import NoRoute, Router
 from twin.kernel.flows import FlowNetwork, Transfer
 
 
@@ -57,6 +58,14 @@ class Phase:
     dst: np.ndarray
     nbytes: np.ndarray
     steps: int = 1
+    #: per-step latency set by a communication library's protocol model (``workloads.nccl``)
+    #: in place of the links' sender overhead + hop latencies (None: the links'), s
+    step_latency_s: float | None = None
+    #: latency paid once per execution of the phase (the library's launch/base latency), s
+    base_latency_s: float = 0.0
+    #: hop latencies of the longest route the library's step latency already covers (routes
+    #: that grow longer, e.g. around a failed link, add the difference per step), s
+    hop_latency_ref_s: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -102,6 +111,7 @@ class Fabric:
         self.env = env
         self.topo = topo
         self.router = router
+        self._healthy: Router | None = None  # router without failures (profile)
         self.model = model
         self.packet_bytes = float(packet_bytes)
         self.timeout_s = retransmit_timeout_s
@@ -112,6 +122,7 @@ class Fabric:
         self.overhead = np.empty(n)
         self.energy_per_byte = np.empty(n)
         self.idle_w = np.empty(n)
+        self.network = np.zeros(n, dtype=bool)  # link leaves the node (NIC / switch fabric)
         for lid in range(n):
             spec = link_specs[topo.edge_attr(lid, "link")]
             count = topo.edge_attr(lid, "count")
@@ -119,7 +130,10 @@ class Fabric:
             self.latency[lid] = spec.latency_us * 1e-6
             self.overhead[lid] = spec.overhead_us * 1e-6
             self.energy_per_byte[lid] = spec.energy_pj_per_bit * 8e-12
-            self.idle_w[lid] = spec.idle_w * count / 2.0  # idle power split per direction
+            # constant power: the link's idle power + its switch / NIC / transceiver share,
+            # split per direction
+            self.idle_w[lid] = (spec.idle_w + spec.device_w) * count / 2.0
+            self.network[lid] = spec.medium in ("infiniband", "ethernet")
         self._plans: dict[Phase, tuple] = {}  # see _plan
         self.keep_plan_links = record is not None  # traced runs keep plan_links
         self.plan_links: list[tuple[int, np.ndarray, np.ndarray]] = []  # (plan, links, bytes)
@@ -154,6 +168,10 @@ class Fabric:
             self.flows._advance()
             return self.flows.link_busy.copy()
         return np.array([lk.busy_s for lk in self.links])
+
+    def hop_latency(self, route: tuple[int, ...]) -> float:
+        """Sum of the hop latencies along ``route`` (no sender overhead), s."""
+        return float(self.latency[list(route)].sum()) if route else 0.0
 
     def step_latency(self, route: tuple[int, ...]) -> float:
         """Alpha of one message over ``route``: sender overhead + hop latencies, s."""
@@ -286,11 +304,36 @@ class Fabric:
             uniq, inv = np.unique(links, return_inverse=True)
             self.plan_links.append((self._plan_serial, uniq, np.bincount(
                 inv, weights=np.repeat(total, lengths), minlength=len(uniq))))
-        plan = (routes, max((self.step_latency(r) for r in routes), default=0.0), hops,
+        if phase.step_latency_s is not None:
+            hop = max((self.hop_latency(r) for r in routes), default=0.0)
+            alpha = (phase.step_latency_s + max(hop - phase.hop_latency_ref_s, 0.0)
+                     + phase.base_latency_s / max(phase.steps, 1))
+        else:
+            alpha = max((self.step_latency(r) for r in routes), default=0.0)
+        plan = (routes, alpha, hops,
                 per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
                 _per_device(phase.dst, total), row)
         self._plans[phase] = (failed, plan)
         return plan
+
+    def profile(self, phase: Phase) -> tuple[float, bool, float]:
+        """``(bottleneck bytes/s, crosses the network, longest hop latency s)`` of one pair's
+        transfer in ``phase`` alone on its routes: the slowest link capacity on any pair's
+        route, whether some route uses an InfiniBand / Ethernet link, and the largest sum of
+        hop latencies over its routes. ``(inf, False, 0)`` when there is no route."""
+        plan = self._plan(phase)
+        if plan is None or not plan[0]:
+            return math.inf, False, 0.0
+        links = np.concatenate([np.asarray(r, dtype=np.int64) for r in plan[0] if r] or
+                               [np.zeros(0, dtype=np.int64)])
+        if not len(links):
+            return math.inf, False, 0.0
+        # hop latency of the healthy routes (what the library's step latency was measured on)
+        if self._healthy is None:
+            self._healthy = Router(self.topo)
+        hop = max(self.hop_latency(self._healthy.route(int(a), int(b)))
+                  for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True))
+        return float(self.capacity[links].min()), bool(self.network[links].any()), hop
 
     def _route_wait(self, src: int, dst: int):
         """Process body: the route ``src -> dst``, waiting for edges to come back while

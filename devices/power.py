@@ -14,12 +14,14 @@ voltage ``V_k`` from the catalog's voltage-frequency table) and die temperature 
 
 Two catalog figures pin the unknowns. ``idle_w`` is the board power of an idle device at its
 lowest P-state and ``T_ref`` (what an idle-power measurement sees), which gives ``P_base``.
-``tdp_w`` is the board power with the math units and HBM fully busy at the top P-state at the
-temperature limit (the worst case a cooling design must carry), which gives ``P_dyn,max``. So a
-device never draws more than its TDP while its temperature stays under its limit. Without the
+``tdp_w`` is the board power of a dense GEMM (math units fully busy, little HBM traffic) at the
+top P-state at the temperature limit, which gives ``P_dyn,max``: dense GEMMs run at the board's
+power limit (NVIDIA quotes the A100's HPL peak at the 1305 MHz it sustains at 400 W). A kernel
+keeping both math and HBM busy may want more; the firmware power limit (``power.cap_w``,
+default ``tdp_w``) holds the board at it by stretching the kernel. Without the
 detailed catalog fields the model reduces to the basic one: one P-state, no leakage (all idle
 power is ``P_base``), an ideal regulator, constant temperature:
-``P = idle_w + u (tdp_w - idle_w - P_hbm,max) + HBM bytes/s x pJ/bit``.
+``P = idle_w + u (tdp_w - idle_w) + HBM bytes/s x pJ/bit`` (held at ``tdp_w``).
 """
 
 from __future__ import annotations
@@ -84,7 +86,12 @@ class ThermalSpec(StrictModel):
     ambient_c: AmbientCelsius = Field(default=25.0, description="inlet air temperature, C (ASHRAE "
                                                         "recommended range 18-27 C)")
     initial_c: DieCelsius | None = Field(
-        default=None, description="die temperature at t = 0, C (default: idle steady state)")
+        default=None, description="die temperature at t = 0, C (default: see initial)")
+    initial: Literal["warm", "idle"] = Field(
+        default="warm", description="die temperature at t = 0 when initial_c is not given: "
+                                    "warm = steady state of the stage's own compute load (a "
+                                    "job already running: short runs do not understate "
+                                    "leakage), idle = steady state of an idle device")
     inlet_gradient_k: float = Field(
         default=0.0, description="inlet air temperature added across the grid by position, K "
                                  "(devices.position.inlet_offsets; nonzero turns symmetry off)")
@@ -201,7 +208,12 @@ class DevicePower:
         self.base_w = idle_chip - self.leakage(len(self.mhz) - 1, self.leak_ref_c)
         t_tdp = self.thermal.limit_c if self.thermal else self.leak_ref_c
         full_chip = self.regulator.output_for_input(spec.tdp_w)
-        self.dyn_max_w = full_chip - self.base_w - self.leakage(0, t_tdp) - self.hbm_max_w
+        # tdp_w is what a dense GEMM draws at the top P-state and the temperature limit: the
+        # tensor cores fully busy, its own HBM traffic small (dense GEMMs run at the board
+        # power limit: NVIDIA quotes A100 HPL Rpeak at the 1305 MHz it sustains at 400 W,
+        # glennklockwood.com/garden/peak-FLOPS). Math and HBM both busy can want more than
+        # tdp_w; the firmware power limit (PowerSetup.cap_w, default tdp_w) then holds it.
+        self.dyn_max_w = full_chip - self.base_w - self.leakage(0, t_tdp)
 
     @property
     def n_states(self) -> int:
@@ -269,7 +281,7 @@ def check_device_power(spec) -> None:
         raise ValueError(
             f"tdp_w ({spec.tdp_w} W) leaves no dynamic power: base {model.base_w:.1f} W + "
             f"leakage {model.leakage(0, model.thermal.limit_c if model.thermal else 0):.1f} W "
-            f"+ HBM at full bandwidth {model.hbm_max_w:.1f} W (after regulator loss) exceed it")
+            f"(after regulator loss) exceed it")
 
 
 # ----------------------------------------------------------------------------- run setup
@@ -365,6 +377,17 @@ class PowerSetup:
         self.thermal = dev.thermal if spec.thermal.enabled else None
         self.ambient_c = spec.thermal.ambient_c
         self.class_ambient_c: dict[int, float] = {}  # per-class inlet air (position), C
+        # warm die: mean dynamic chip power of each stage's compute blocks at the top clock
+        self._warm_w: dict[int, float] = {}
+        if spec.thermal.initial == "warm":
+            for s, blocks in stage_blocks.items():
+                busy = e_act = 0.0
+                for b in blocks:
+                    c = compute.block_cost(b)
+                    busy += c.duration_s
+                    e_act += c.compute_j + c.memory_j
+                if busy > 0:
+                    self._warm_w[s] = e_act / busy
         top = dev.state_of(d.frequency_mhz) if d.frequency_mhz is not None else 0
         self.plan = None
         self.stage_ps: dict[int, int] = {s: top for s in range(pp)}
@@ -379,7 +402,8 @@ class PowerSetup:
                 self.stage_ps = dict(enumerate(self.plan.states))
         self.wait_ps = (dev.state_of(d.wait_frequency_mhz) if d.wait_frequency_mhz is not None
                         else dev.n_states - 1)
-        self.cap_w = spec.cap_w if spec.cap_w is not None else math.inf
+        # the board's power limit: the scenario's cap, else the firmware default (tdp_w)
+        self.cap_w = spec.cap_w if spec.cap_w is not None else dev.spec.tdp_w
         self.cap_ps = {s: 0 for s in range(pp)}
         if spec.cap_w is not None:
             self._check_cap(spec.cap_w)
@@ -395,21 +419,25 @@ class PowerSetup:
         """Temperature at which cap decisions evaluate leakage (the throttle limit), C."""
         return self.dev.thermal.limit_c if self.dev.thermal else self.dev.leak_ref_c
 
-    def initial_temp_c(self, ambient_c: float | None = None) -> float:
-        """Die temperature at t = 0: given, or the idle steady state at the ambient (the
-        scenario's, or ``ambient_c`` for a device with its own inlet air)."""
+    def initial_temp_c(self, ambient_c: float | None = None, stage: int | None = None) -> float:
+        """Die temperature at t = 0 at the ambient (the scenario's, or ``ambient_c`` for a
+        device with its own inlet air): given (``initial_c``); warm (default, for ``stage``):
+        the steady state of the stage's compute blocks back to back at the top clock, the
+        temperature of a job that has been running (bubbles and communication not counted:
+        slightly warm-biased); idle (or no stage given): the idle steady state."""
         th = self.spec.thermal
         amb = th.ambient_c if ambient_c is None else ambient_c
         if th.initial_c is not None:
             return th.initial_c
         if self.thermal is None:
             return self.dev.leak_ref_c if self.dev.has_leakage else amb
-        # fixed point of T = T_amb + R P_idle(T) (leakage grows with T): a few iterations
+        warm = self._warm_w.get(stage) if stage is not None else None
+        # fixed point of T = T_amb + R P(T) (leakage grows with T): a few iterations
         t = amb
-        ps = self.dev.n_states - 1
+        ps = self.dev.n_states - 1 if warm is None else 0
         for _ in range(50):
-            t = self.thermal.steady(self.dev.idle_chip_w(ps, t), amb)
-        return t
+            t = self.thermal.steady(self.dev.idle_chip_w(ps, t) + (warm or 0.0), amb)
+        return min(t, self.thermal.limit_c) if warm is not None else t
 
     def ambient_for(self, cls: int) -> float:
         """Inlet air temperature of rank class ``cls``, C (``class_ambient_c`` when the run set

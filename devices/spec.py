@@ -45,6 +45,25 @@ class DeviceSpec(StrictModel):
     gemm_tile: tuple[Annotated[int, Field(ge=1, le=1 << 16)],
                      Annotated[int, Field(ge=1, le=1 << 16)]] | None = Field(
         default=None, description="GEMM output tile [rows, cols] one unit computes")
+    gemm_tiles: list[tuple[Annotated[int, Field(ge=1, le=1 << 16)],
+                           Annotated[int, Field(ge=1, le=1 << 16)]]] | None = Field(
+        default=None, max_length=64,
+        description="further GEMM output tiles the GEMM library may pick; the one with the "
+                    "best wave efficiency is used (gemm_tile is always a candidate)")
+    gemm_k_half: Annotated[float, Field(ge=0, le=1e6)] = Field(
+        default=0.0, description="reduction length at which a GEMM's main loop runs at half "
+                                 "its peak: math time x (1 + gemm_k_half / k) for the tile "
+                                 "prologue / epilogue (0: no k dependence)")
+    vector_tflops: dict[Precision, PositiveFloat] | None = Field(
+        default=None, description="peak of the vector units (CUDA cores / VPU) that run "
+                                  "element-wise kernels, per precision, TFLOP/s; element-wise "
+                                  "math runs in fp32")
+    vector_power_fraction: Fraction = Field(
+        default=1.0, description="dynamic power of the vector units at their peak, as a "
+                                 "fraction of the dynamic power of dense tensor-core GEMMs")
+    attention_efficiency: dict[Literal["fwd", "bwd"], Fraction] | None = Field(
+        default=None, description="fused (FlashAttention) kernels: achieved fraction of the "
+                                  "GEMM peak, forward and backward (None: matmul_efficiency)")
     hbm_gb: PositiveFloat = Field(description="HBM capacity, 1e9 bytes")
     hbm_bandwidth_gbps: PositiveFloat = Field(description="peak HBM bandwidth, GB/s")
     memory_efficiency: Fraction = Field(
@@ -96,6 +115,9 @@ class DeviceSpec(StrictModel):
         if missing:
             raise ValueError(
                 f"matmul_efficiency lacks precision(s) {missing} listed in peak_tflops")
+        if not self.vector_tflops and "fp32" not in self.peak_tflops:
+            raise ValueError("vector_tflops is required when peak_tflops has no fp32 entry "
+                             "(element-wise kernels run on the vector units)")
         if self.idle_w >= self.tdp_w:
             raise ValueError(f"idle_w ({self.idle_w}) must be below tdp_w ({self.tdp_w})")
         from devices.power import check_device_power  # the power model owns these rules
@@ -114,6 +136,29 @@ class DeviceSpec(StrictModel):
     def achievable_flops(self, precision: str) -> float:
         """Achievable GEMM throughput for ``precision`` in FLOP/s."""
         return self.peak_flops(precision) * self.matmul_efficiency[precision]  # type: ignore[index]
+
+    def vector_flops(self) -> float:
+        """Peak of the vector units for element-wise math (fp32), FLOP/s: ``vector_tflops``
+        (fp32 entry, else its largest), else the fp32 entry of ``peak_tflops``."""
+        if self.vector_tflops:
+            v = self.vector_tflops.get("fp32") or max(self.vector_tflops.values())
+            return v * 1e12
+        if "fp32" in self.peak_tflops:
+            return self.peak_tflops["fp32"] * 1e12
+        raise ValueError(f"device {self.name}: no vector_tflops and no fp32 peak_tflops for "
+                         "element-wise kernels")
+
+    def attention_fraction(self, direction: str) -> float:
+        """Achieved fraction of the GEMM peak of a fused attention kernel."""
+        if self.attention_efficiency and direction in self.attention_efficiency:
+            return self.attention_efficiency[direction]  # type: ignore[index]
+        return min(self.matmul_efficiency.values())
+
+    def tile_candidates(self) -> tuple[tuple[int, int], ...]:
+        """GEMM output tiles the library may choose from (empty: no wave quantization)."""
+        if self.compute_units is None or self.gemm_tile is None:
+            return ()
+        return (tuple(self.gemm_tile), *tuple(tuple(t) for t in self.gemm_tiles or ()))
 
     @property
     def hbm_bytes(self) -> float:
@@ -139,12 +184,19 @@ class LinkSpec(StrictModel):
         description="per-message software/protocol overhead at the sender, us")
     energy_pj_per_bit: NonNegativeFloat = Field(description="transfer energy, pJ per bit")
     idle_w: NonNegativeFloat = Field(description="power of an idle link (both directions), W")
+    device_w: Annotated[float, Field(ge=0, le=1e6)] = Field(
+        default=0.0, description="constant power of the network hardware serving one link "
+                                 "while powered: its share of the switch ASIC(s), the NIC "
+                                 "and the transceivers at its ends, W (counted with idle_w)")
     lanes: int | None = Field(
         default=None, gt=0, description="electrical lanes per direction (Shannon-Hartley bound "
                                         "of twin.limits; None: bound not available)")
     symbol_rate_gbaud: PositiveFloat | None = Field(
         default=None, description="symbol rate of one lane, GBd; its Nyquist bandwidth "
                                   "symbol_rate / 2 is the channel bandwidth of the bound")
+    links_per_gpu: int | None = Field(
+        default=None, gt=0, le=1024, description="links of this type one device has (e.g. "
+                                                  "NVLinks per GPU to its node NVSwitch)")
     noise_figure_db: NonNegativeFloat = Field(
         default=0.0, description="receiver noise figure of the bound, dB (0: only the thermal "
                                  "noise k T of the heat bath)")

@@ -398,7 +398,8 @@ def test_link_failure_slows_iteration_by_hops_and_sharing(tmp_path):
     ov = dict(cluster__topology={"kind": "torus2d", "shape": [4, 4]},
               workload__parallelism={"dp": 4, "tp": 4, "pp": 1},
               workload__placement="row-major", workload__global_batch=4,
-              workload__grad_bucket_mb=1e6, simulation={"symmetry": False})
+              workload__grad_bucket_mb=1e6, simulation={"symmetry": False},
+              network={"protocols": "links"})  # the links' alpha: the law derived below
     down = {"kind": "link_down", "link": [0, 4], "time_s": 0.0}
     base = _run(_scen(tmp_path, trace=True, **ov))
     res = _run(_scen(tmp_path, faults=[down], trace=True, **ov))

@@ -70,10 +70,10 @@ def test_model_without_detailed_fields_is_the_basic_model():
             or k in ("clock_mhz", "description", "kind")}
     dev = DevicePower(DeviceSpec.model_validate(keep))
     s = dev.spec
-    hbm_max = s.hbm_bandwidth_gbps * 1e9 * s.hbm_pj_per_bit * 8e-12
     assert dev.n_states == 1 and dev.regulator.ideal and dev.thermal is None
     assert dev.base_w == pytest.approx(s.idle_w)
-    assert dev.dyn_max_w == pytest.approx(s.tdp_w - s.idle_w - hbm_max)
+    # tdp_w = a dense GEMM (math busy, negligible HBM traffic) at the top clock
+    assert dev.dyn_max_w == pytest.approx(s.tdp_w - s.idle_w)
 
 
 def test_idle_and_tdp_points_of_the_detailed_model():
@@ -85,7 +85,7 @@ def test_idle_and_tdp_points_of_the_detailed_model():
     idle_chip = dev.base_w + s.leakage_w * (dev.volts[lo] / dev.volts[0]) ** 2
     assert reg.input_power(idle_chip) == pytest.approx(s.idle_w, rel=1e-9)
     leak_hot = s.leakage_w * math.exp(s.leakage_per_k * (s.temp_limit_c - s.leakage_ref_c))
-    full_chip = dev.base_w + leak_hot + dev.dyn_max_w + dev.hbm_max_w
+    full_chip = dev.base_w + leak_hot + dev.dyn_max_w  # dense GEMM at the temperature limit
     assert reg.input_power(full_chip) == pytest.approx(s.tdp_w, rel=1e-9)
 
 
@@ -103,28 +103,30 @@ def _gemm_block(n: int = 16384) -> Block:
     return Block("gemm", (Kernel("gemm", 2.0 * n ** 3, 3.0 * n * n * 2, True),))
 
 
-def test_full_load_energy_per_flop_consistent_with_tdp_and_peak(capsys):
-    """A compute-bound GEMM at the top clock: board power under TDP (at any temperature up to
-    the limit) and energy per FLOP close to the catalog's TDP / peak."""
+def test_h100_dense_gemm_board_power_matches_measured_draw(capsys):
+    """A large dense bf16 GEMM at the top clock draws the board's power limit: Patel et al.
+    (ASPLOS'24, "Characterizing Power Management Opportunities for LLMs in the Cloud") measured
+    the peak draw of DGX H100 GPUs in LLM training iterations reaching or exceeding their TDP,
+    700 W. The twin's board power at the die's steady temperature under that load (solved
+    here by fixed-point iteration of T = T_amb + R P_chip(T), independent of the run code)
+    must be within 10% of 700 W; energy per FLOP is then ~TDP / achievable rate."""
     s = h100()
-    for prec, calib in (("bf16", 0.71e-12), ("fp8", 0.35e-12)):  # calibration README
-        cm = ComputeModel(s, prec, s.hbm_pj_per_bit)
-        setup = PowerSetup(None, cm)
-        blk = _gemm_block()
-        c = cm.block_cost(blk)
-        flops = blk.flops
-        for temp in (40.0, 65.0, s.temp_limit_c):
-            watts = setup.block_power(blk, 0, temp)
-            assert watts <= s.tdp_w * (1 + 1e-9)
-        watts = setup.block_power(blk, 0, 65.0)
-        per_flop = watts * c.duration_s / flops
-        tdp_over_peak = s.tdp_w / s.peak_flops(prec)
-        # bounds: at most TDP for the achievable rate; the twin's number vs the published one
-        assert per_flop <= s.tdp_w / s.achievable_flops(prec)
-        assert per_flop == pytest.approx(calib, rel=0.25)
-        with capsys.disabled():
-            print(f"\n{prec}: {watts:.0f} W at 65 C, {per_flop * 1e12:.3f} pJ/FLOP "
-                  f"(TDP/peak {tdp_over_peak * 1e12:.3f}, calibration {calib * 1e12:.2f})")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    setup = PowerSetup(None, cm)
+    dev = cm.power
+    blk = _gemm_block()
+    c = cm.block_cost(blk)
+    t = 25.0
+    for _ in range(200):
+        chip = (c.compute_j + c.memory_j) / c.duration_s + dev.idle_chip_w(0, t)
+        t = 25.0 + s.thermal_r_k_per_w * chip
+    watts = min(setup.block_power(blk, 0, t), setup.cap_w)
+    assert watts == pytest.approx(700.0, rel=0.10)
+    per_flop = watts * c.duration_s / blk.flops
+    assert per_flop == pytest.approx(s.tdp_w / s.achievable_flops("bf16"), rel=0.10)
+    with capsys.disabled():
+        print(f"\nH100 dense bf16 GEMM: {watts:.0f} W at {t:.1f} C (measured: ~700 W), "
+              f"{per_flop * 1e12:.3f} pJ/FLOP")
 
 
 def test_lower_clock_longer_math_same_memory_lower_dynamic_power():
@@ -332,20 +334,21 @@ def test_cli_bad_power_option_exit_2(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- precision
-def test_fp8_raises_the_communication_share_of_energy(tiny, capsys):
+def test_fp8_keeps_activations_and_communication_in_bf16(tiny, capsys):
+    """Transformer Engine runs only the GEMM inputs in fp8: TP collectives, pipeline sends and
+    gradients stay 16-bit, so exactly the bf16 run's bytes cross the network, while the GEMMs
+    get faster and the communication share of energy grows."""
     ov = ["workload.parallelism.dp=4", "workload.parallelism.tp=2"]
     b = run(tiny([*ov, "workload.precision=bf16"])).summary
     f = run(tiny([*ov, "workload.precision=fp8"])).summary
     cb, cf = b["energy_breakdown_j"], f["energy_breakdown_j"]
     assert f["iteration_time_s"] < b["iteration_time_s"]
-    assert f["bytes_sent"] < b["bytes_sent"]            # fp8 activations in TP traffic
-    compute_ratio = cf["compute"] / cb["compute"]
-    network_ratio = cf["network"] / cb["network"]
-    assert compute_ratio < network_ratio < 1.0
+    assert f["bytes_sent"] == b["bytes_sent"]
+    assert cf["compute"] < cb["compute"]
     assert f["comm_energy_share"] > b["comm_energy_share"]
     with capsys.disabled():
-        print(f"\nfp8 vs bf16: compute energy x{compute_ratio:.2f}, network energy "
-              f"x{network_ratio:.2f}, communication share {b['comm_energy_share']:.2%} -> "
+        print(f"\nfp8 vs bf16: compute energy x{cf['compute'] / cb['compute']:.2f}, "
+              f"communication share {b['comm_energy_share']:.2%} -> "
               f"{f['comm_energy_share']:.2%}")
 
 

@@ -41,7 +41,9 @@ def test_no_delay_approaches_the_budget_smoothly(runs):
     # then it stays near the budget: within one P-state step (~6% here) above, never collapsing
     assert p.max() < 1.10
     assert p[first:].min() > 0.85
-    assert tel["cap_mhz"].iloc[first:].min() > 1500
+    # never collapsing: the cap stays well above the lowest clock (810 MHz), more than four
+    # 90 MHz P-state steps away from it
+    assert tel["cap_mhz"].iloc[first:].min() > 810.0 + 4 * 90.0
 
 
 def test_long_delay_overshoots_then_collapses(runs):
@@ -52,7 +54,7 @@ def test_long_delay_overshoots_then_collapses(runs):
     peak = int(np.argmax(p))
     assert p[peak] > 1.3                            # overshoot past the red line
     assert cap[peak:].min() == 810.0                # collapse to the lowest clock
-    assert p[peak:].min() < 0.6
+    assert p[peak:].min() < 0.7                     # the collapse undershoots the budget
     # the controller acted on readings 5 periods old
     used = tel["reading_w"].to_numpy()
     k = 5

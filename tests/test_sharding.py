@@ -160,7 +160,8 @@ def _overlap_run(tmp_path, prefetch: bool):
                       workload__micro_batch=1, workload__parallelism={"dp": 2, "tp": 1, "pp": 1},
                       workload__sharding={"strategy": "full_shard", "prefetch": prefetch})
     d["trace"] = {"path": str(tmp_path / f"pf{prefetch}.h5"), "tables": ["ops", "messages"]}
-    s = load_scenario(d, ["cluster.link.latency_us=0", "cluster.link.overhead_us=0"])
+    s = load_scenario(d, ["cluster.link.latency_us=0", "cluster.link.overhead_us=0",
+                          "network.protocols=links"])  # no protocol latency: hand timeline
     return s, run(s)
 
 

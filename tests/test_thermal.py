@@ -103,7 +103,8 @@ def hot(tiny):
         return tiny(["workload.iterations=30", "workload.seq_len=1024",
                      "workload.global_batch=64", "workload.micro_batch=4",
                      "cluster.device.thermal_c_j_per_k=12",
-                     "power.thermal.throttle_interval_s=0.05", *extra])
+                     "power.thermal.throttle_interval_s=0.05", "power.thermal.initial=idle",
+                     *extra])
     return make
 
 

@@ -60,13 +60,17 @@ def stage_blocks(tc: TransformerCosts, params: float) -> dict[str, Block]:
     opt = optimizer_entry()
     mixed = tc.precision not in ("fp32", "tf32")
     upd = opt["update_bytes_per_param"]["mixed" if mixed else "fp32"]
+    kc = tc.k
     blocks = {
         "attn_fwd": tc.attention_block(), "mlp_fwd": tc.mlp_block(),
         "attn_bwd": tc.attention_block(True), "mlp_bwd": tc.mlp_block(True),
         "embed_fwd": tc.embedding_block(), "embed_bwd": tc.embedding_block(True),
         "logits_fwd": tc.logits_block(), "logits_bwd": tc.logits_block(True),
-        "optimizer": Block("optimizer", (Kernel("adam", opt["update_flops_per_param"] * params,
-                                                upd * params, False),)),
+        "optimizer": Block("optimizer", (
+            Kernel("grad_clip", kc["grad_clip_flops_per_param"] * params,
+                   kc["grad_clip_bytes_per_grad_byte"] * grad_bytes_per_element(tc.precision)
+                   * params, False),
+            Kernel("adam", opt["update_flops_per_param"] * params, upd * params, False))),
     }
     rec = tc.recompute_blocks()
     if rec:
@@ -86,7 +90,8 @@ def build(scen: Scenario) -> Model:
     shards = shard_degree(sh, par.dp)
     layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric,
                     algorithms=scen.network.algorithms,
-                    shard=shards if sh.strategy == "hybrid_shard" else None)
+                    shard=shards if sh.strategy == "hybrid_shard" else None,
+                    protocols=scen.network.protocols)
     tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, par.tp,
                           w.sequence_parallel, w.recompute, w.attention)
     m = microbatches(w)

@@ -103,6 +103,12 @@ class NetworkSpec(StrictModel):
                                     "(workloads.collectives)")
     dp_algorithm: CollectiveAlgorithm = Field(
         default="auto", description="collective algorithm of data-parallel groups")
+    protocols: Literal["nccl", "links"] = Field(
+        default="nccl", description="nccl: every collective runs with the protocol (LL, "
+                                    "LL128, Simple) NCCL's cost model picks for its size, "
+                                    "with that protocol's latency and bandwidth "
+                                    "(workloads.nccl); links: the links' own overhead and "
+                                    "latency per step, full bandwidth")
 
     @property
     def algorithms(self) -> dict[str, str]:

@@ -30,6 +30,7 @@ class Row:
     target: float       # relative error allowed
     note: str = ""
     calibrated: bool = False
+    breakdown: dict[str, float] | None = None  # seconds per iteration by cause (published)
 
     @property
     def error(self) -> float:
@@ -253,29 +254,16 @@ def data_starvation() -> list[Row]:
 
 
 # ----------------------------------------------------------------------------- published
-# Published figures (reference values to compare with, not model inputs), copied with their
-# sources from shared/calibration/README.md.
-NCCL_ROWS = [
-    # (what, device, link, gpus, nodes, nic, op, reference GB/s, calibrated, source)
-    ("8x H100 NVLink all-reduce (ring)", "h100-sxm", "nvlink4-switch", 8, 1, None,
-     "allreduce", 367.6, True, "NVIDIA/nccl-tests issue 290 (16 GiB)"),
-    ("8x H100 NVLink all-gather", "h100-sxm", "nvlink4-switch", 8, 1, None,
-     "allgather", 361.4, False, "NVIDIA/nccl-tests issue 290 (16 GiB)"),
-    ("8x H100 NVLink reduce-scatter", "h100-sxm", "nvlink4-switch", 8, 1, None,
-     "reduce_scatter", 362.9, False, "NVIDIA/nccl-tests issue 290 (16 GiB)"),
-    ("8x A100 NVLink all-reduce", "a100-sxm-80gb", "nvlink3-switch", 8, 1, None,
-     "allreduce", 234.9, False, "stas00/ml-engineering network benchmarks"),
-    ("2x8 H100 NDR400 all-reduce (rail rings), busbw per NIC", "h100-sxm", "nvlink4-switch", 8, 2,
-     "ib-ndr400-port", "allreduce", 47.0, True, "nccl-tests issue 290: 46-48 GB/s per NIC"),
-]
+# Published figures (reference values to compare with, not model inputs) are read from
+# twin/data/published_runs.yaml or the folder MESHTWIN_CALIBRATION names (twin.published).
 
-KORTHIKANTI = [
-    # (model, gpus, tp, pp, interleave, global batch, micro batch, iteration time s)
-    ("gpt-22b", 8, 8, 1, 1, 4, 4, 1.10),
-    ("gpt3-175b", 64, 8, 8, 3, 64, 1, 13.75),
-    ("gpt-530b", 280, 8, 35, 3, 280, 1, 37.83),
-    ("gpt-1t", 512, 8, 64, 1, 512, 1, 71.49),
-]
+
+def _links_per_edge(link: str) -> int:
+    """Links between a GPU and its NVSwitch fabric: the device's NVLink count from the link
+    catalog entry (``links_per_gpu``)."""
+    from twin.catalogs import catalog
+
+    return int(catalog("links").get(link).values["links_per_gpu"])
 
 
 def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float:
@@ -286,78 +274,104 @@ def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float
     from topologies.routing import Router
     from twin.catalogs import catalog
     from twin.kernel.engine import Engine
-    from workloads import collectives
+    from workloads import collectives, nccl
 
     specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)
              for name in (link, nic) if name}
     opts = {"nic_link": nic} if nic else {}
-    topo = build_topology("switched", (gpus, nodes), link, 18 if "nvlink4" in link else 12,
-                          **opts)
+    topo = build_topology("switched", (gpus, nodes), link, _links_per_edge(link), **opts)
     env = Engine()
     fab = Fabric(env, topo, Router(topo), specs)
     group = np.arange(gpus * nodes)[None, :]
     algo = "rail_rings" if nodes > 1 else "ring"
-    t = _run_phases(env, fab, collectives.collective_phases(op, algo, group, payload, topo))
+    phases = collectives.collective_phases(op, algo, group, payload, topo)
+    t = _run_phases(env, fab, nccl.tune_phases(op, phases, payload, gpus * nodes, fab))
     return collectives.bus_bandwidth(op, gpus * nodes, payload, t) / 1e9
 
 
 @check("nccl")
 def nccl_bus_bandwidth() -> list[Row]:
     """NCCL bus bandwidths measured on DGX nodes vs the twin on the same collective."""
+    from twin.published import published_data
+
+    data = published_data()["nccl"]
     rows = []
-    for what, device, link, gpus, nodes, nic, op, ref, calibrated, src in NCCL_ROWS:
-        busbw = _nccl_busbw(device, link, gpus, nodes, nic, op)
+    for what, device, link, gpus, nodes, nic, op, ref, payload, calibrated in data["rows"]:
+        busbw = _nccl_busbw(device, link, gpus, nodes, nic, op, payload)
         if nodes > 1:
             busbw /= gpus  # nccl-tests per-NIC figure: bus bandwidth / NICs per node
-        rows.append(Row("published", what, busbw, ref, "GB/s", 0.10, src, calibrated))
+        rows.append(Row("published", what, busbw, ref, "GB/s", 0.10, data["source"],
+                        calibrated))
     return rows
 
 
-def korthikanti_scenario(model, gpus, tp, pp, v, gb, mb):
-    """Korthikanti et al. Table 5 setup: DGX A100 nodes (8 GPUs on NVSwitch, 8 HDR200 NICs),
-    fp16, sequence 2048, selective recompute, sequence parallelism, TP inside a node, and the
-    unfused (standard) attention of the Megatron-LM of 2022."""
-    from twin.scenario import load_scenario
-
-    nodes = gpus // 8
-    raw = {
-        "name": f"korthikanti-{model}",
-        "cluster": {"topology": {"kind": "switched", "shape": [8, nodes]},
-                    "device": "a100-sxm-80gb", "link": "nvlink3-switch", "links_per_edge": 12,
-                    **({"nic_link": "ib-hdr200-port"} if nodes > 1 else {})},
-        "workload": {"model": model, "precision": "fp16", "seq_len": 2048,
-                     "global_batch": gb, "micro_batch": mb,
-                     "parallelism": {"dp": gpus // (tp * pp), "tp": tp, "pp": pp},
-                     "schedule": "interleaved" if v > 1 else "1f1b", "virtual_stages": v,
-                     "recompute": "selective", "sequence_parallel": True,
-                     "attention": "standard"},
-        "trace": {"enabled": False},
-    }
-    return load_scenario(raw)
+def _fmt_breakdown(b: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.4g}" for k, v in b.items())
 
 
 def _korthikanti(rows_wanted) -> list[Row]:
-    from twin.runner import run
+    from twin.published import korthikanti_scenario, simulate_summary
 
     rows = []
     for model, gpus, tp, pp, v, gb, mb, ref in rows_wanted:
-        s = run(korthikanti_scenario(model, gpus, tp, pp, v, gb, mb)).summary
-        rows.append(Row("published", f"{model} on {gpus} A100 (tp{tp} pp{pp} v{v}) iteration",
+        s, b = simulate_summary(korthikanti_scenario(model, gpus, tp, pp, v, gb, mb))
+        rows.append(Row("published", f"korthikanti {model} {gpus} A100 tp{tp} pp{pp} v{v}",
                         s["iteration_time_s"], ref, "s", 0.10,
-                        f"Korthikanti et al. 2022 Table 5; twin MFU {s['mfu']:.1%}"))
+                        f"Korthikanti et al. 2022 Table 5; MFU {s['mfu']:.3f}; "
+                        f"{_fmt_breakdown(b)}", breakdown=b))
     return rows
+
+
+def _korthikanti_rows(large: bool) -> list:
+    from twin.published import published_data
+
+    rows = published_data()["korthikanti"]["rows"]
+    return [r for r in rows if (r[1] > 64) == large]
 
 
 @check("training")
 def training_iteration_times() -> list[Row]:
     """Korthikanti et al. (2022) Table 5 iteration times: the two smaller rows (fast)."""
-    return _korthikanti(KORTHIKANTI[:2])
+    return _korthikanti(_korthikanti_rows(False))
 
 
 @check("training-large")
 def training_iteration_times_large() -> list[Row]:
     """Korthikanti et al. (2022) Table 5: the 530B and 1T rows (minutes of simulation)."""
-    return _korthikanti(KORTHIKANTI[2:])
+    return _korthikanti(_korthikanti_rows(True))
+
+
+def _mpt(rows_wanted) -> list[Row]:
+    from twin.published import mpt_scenario, published_data, simulate_summary
+
+    data = published_data()["mpt"]
+    rows = []
+    for name, seq, gpus, micro, _accum, batch, ckpt, tps, mfu in rows_wanted:
+        scen = mpt_scenario(name, seq, gpus, micro, batch, ckpt, data["models"][name],
+                            data["vocab"])
+        s, b = simulate_summary(scen)
+        ref = batch * seq / (tps * gpus)  # iteration time from tokens/s per GPU
+        rows.append(Row("published", f"mpt {name} seq{seq} {gpus} A100 FSDP"
+                        f"{' ckpt' if ckpt else ''}", s["iteration_time_s"], ref, "s", 0.10,
+                        f"llm-foundry MPT benchmarks (published MFU {mfu:.3f}); twin MFU "
+                        f"{s['mfu']:.3f}; {_fmt_breakdown(b)}", breakdown=b))
+    return rows
+
+
+@check("mpt")
+def mpt_iteration_times() -> list[Row]:
+    """MosaicML MPT FSDP benchmarks on A100 (single-node rows and the 64-GPU 70B row)."""
+    from twin.published import published_data
+
+    return _mpt(published_data()["mpt"]["rows"])
+
+
+@check("published")
+def published_runs() -> list[Row]:
+    """The published training runs: Korthikanti et al. Table 5 (the 22B and 175B rows; add
+    ``--only training-large`` for 530B and 1T, minutes of simulation) and the MPT FSDP
+    benchmarks, with the breakdown of each iteration."""
+    return training_iteration_times() + mpt_iteration_times()
 
 
 # ----------------------------------------------------------------------------- report
@@ -371,9 +385,16 @@ def run_checks(names: list[str] | None = None) -> pd.DataFrame:
     for name in names or list(DEFAULT_CHECKS):
         for r in CHECKS[name]():
             rows.append(r)
-    df = pd.DataFrame([{**asdict(r), "error": r.error, "ok": r.ok} for r in rows])
+    from twin.published import BREAKDOWN
+
+    recs = []
+    for r in rows:
+        d = {**asdict(r), "error": r.error, "ok": r.ok}
+        b = d.pop("breakdown") or {}
+        recs.append({**d, **{f"{k}_s": b.get(k, math.nan) for k in BREAKDOWN}})
+    df = pd.DataFrame(recs)
     return df[["group", "check", "predicted", "reference", "unit", "error", "target", "ok",
-               "calibrated", "note"]]
+               "calibrated", "note"] + [f"{k}_s" for k in BREAKDOWN]]
 
 
 def format_report(df: pd.DataFrame) -> str:
@@ -388,6 +409,17 @@ def format_report(df: pd.DataFrame) -> str:
                 status += " (calibrated)"
             lines.append(f"{r.check[:58]:<58} {r.predicted:>12.5g} {r.reference:>12.5g} "
                          f"{r.unit:>5} {r.error:>+8.2%} {r.target:>7.1%}  {status}")
+            parts = {k[:-2]: getattr(r, k) for k in df.columns
+                     if k.endswith("_s") and k != "check" and not pd.isna(getattr(r, k))}
+            if parts:
+                lines.append("    s/iter: " + " ".join(f"{k} {v:.4g}" for k, v in parts.items()))
+    pub = df[df["group"] == "published"]
+    for prefix in ("korthikanti", "mpt"):
+        g = pub[pub["check"].str.startswith(prefix)]
+        if len(g):
+            e = g["error"].abs()
+            lines.append(f"{prefix}: {len(g)} rows, mean |error| {e.mean():.2%}, worst "
+                         f"{e.max():.2%} (signed mean {g['error'].mean():+.2%})")
     n_ok = int(df["ok"].sum())
     lines.append(f"{n_ok}/{len(df)} within target")
     return "\n".join(lines)

@@ -32,7 +32,7 @@ import simpy
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
 from twin.kernel.records import Recorder
-from workloads import collectives
+from workloads import collectives, nccl
 from workloads.parallel import Layout
 from workloads.schedules import (
     COMPUTE,
@@ -402,6 +402,8 @@ class Executor:
             groups = np.stack([self.layout.group_devices(kind, int(g)) for g in gids])
             phases = collectives.collective_phases(algo, algorithm, groups, nbytes,
                                                    self.layout.topo)
+            if self.layout.protocols == "nccl":
+                phases = nccl.tune_phases(algo, phases, nbytes, groups.shape[1], self.fabric)
             self._phase_cache[key] = phases
         return phases
 

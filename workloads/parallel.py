@@ -37,6 +37,7 @@ class Layout:
     symmetric: bool = True
     algorithms: dict[str, str] | None = None  # collective algorithm per group kind (tp, dp)
     shard: int | None = None  # ranks of a shard group (sharded data parallelism; default dp)
+    protocols: str = "nccl"   # collective protocol model (workloads.nccl) or "links"
     device: np.ndarray = field(init=False)      # device of each rank
     rank_class: np.ndarray = field(init=False)  # class of each rank
     classes: list[np.ndarray] = field(init=False)  # ranks of each class

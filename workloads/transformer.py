@@ -28,6 +28,7 @@ Closed forms (GPT, tied embeddings, per iteration, B sequences):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from devices.spec import BYTES_PER_ELEMENT
@@ -36,12 +37,30 @@ from workloads.spec import ModelSpec
 Recompute = Literal["none", "selective", "full"]
 
 
+@cache
+def kernel_constants() -> dict[str, float]:
+    """FLOPs per element and bytes of the element-wise kernels
+    (``workloads/catalog/kernels/transformer.yaml``, each value with its source)."""
+    from pathlib import Path
+
+    import workloads
+    from twin.kernel.catalog import Catalog
+
+    cat = Catalog("kernels", Path(workloads.__file__).parent / "catalog" / "kernels")
+    return dict(cat.get("transformer", "kernels").values)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel on one rank: ``flops`` (FLOP) and ideal HBM ``bytes`` moved.
 
     GEMMs carry their output shape ``(batch, rows, cols)`` so the device model can count the
     output tiles its compute units process in waves (``None`` when not a plain GEMM).
+    ``precision`` is the precision of the math (GEMM inputs; ``None``: the run's), ``fused``
+    marks a fused attention kernel (``"fwd"`` / ``"bwd"``) that runs at the device's attention
+    efficiency, and ``executed`` is the fraction of ``flops`` the kernel really executes
+    (a causal FlashAttention kernel skips the masked half of the score blocks; ``flops`` stays
+    the published count that MFU uses).
     """
 
     name: str
@@ -49,6 +68,10 @@ class Kernel:
     bytes: float
     gemm: bool
     shape: tuple[float, float, float] | None = None
+    precision: str | None = None
+    fused: str | None = None
+    executed: float = 1.0
+    depth: float | None = None  # GEMM reduction length k (None: not a plain GEMM / unknown)
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,18 @@ def weight_bytes_per_element(precision: str) -> float:
     return 4.0 if precision in ("fp32", "tf32") else 2.0
 
 
+def activation_bytes_per_element(precision: str) -> float:
+    """Activations, the residual stream, TP collectives and pipeline sends: fp32 in fp32/tf32
+    training, else 16-bit. FP8 training runs only the GEMM inputs in fp8 (NVIDIA Transformer
+    Engine: LayerNorm, activations, residual adds and communication stay bf16)."""
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def gemm_input_bytes_per_element(precision: str) -> float:
+    """Operands a GEMM reads (its inputs: activations / gradients cast to ``precision``)."""
+    return BYTES_PER_ELEMENT[precision]
+
+
 class TransformerCosts:
     """Per-rank kernel costs of one model under one parallel layout.
 
@@ -104,8 +139,10 @@ class TransformerCosts:
         self.sp = sequence_parallel
         self.recompute = recompute
         self.attention = attention
-        self.e = BYTES_PER_ELEMENT[precision]          # activation element, bytes
-        self.we = weight_bytes_per_element(precision)  # weight element, bytes
+        self.e = activation_bytes_per_element(precision)  # activation element, bytes
+        self.we = weight_bytes_per_element(precision)      # weight element, bytes
+        self.ge_in = gemm_input_bytes_per_element(precision)  # GEMM operand element, bytes
+        self.k = kernel_constants()
 
     # ------------------------------------------------------------------ parameters
     def layer_params(self) -> int:
@@ -134,23 +171,56 @@ class TransformerCosts:
 
     # ------------------------------------------------------------------ kernels
     def _gemm(self, name: str, m: float, k: float, n: float, backward: bool) -> list[Kernel]:
-        """GEMM [m,k]x[k,n] (weights [k,n]); backward = dgrad + wgrad."""
-        e, we = self.e, self.we
-        fwd = Kernel(name, 2.0 * m * k * n, (m * k) * e + (k * n) * we + (m * n) * e, True,
-                     (1.0, m, n))
+        """GEMM [m,k]x[k,n] (weights [k,n]); backward = dgrad + wgrad.
+
+        Inputs are read at the GEMM precision, outputs written at the activation precision
+        (bf16 for fp8 GEMMs). FP8 adds the casts Transformer Engine runs: the activation (or
+        incoming gradient) read in bf16 and written in fp8 once per GEMM input; the weights'
+        fp8 copy is read in place of the 16-bit one.
+        """
+        e, gi = self.e, self.ge_in
+        wi = gi if self.precision == "fp8" else self.we
+        casts: list[Kernel] = []
+        fwd = Kernel(name, 2.0 * m * k * n, (m * k) * gi + (k * n) * wi + (m * n) * e, True,
+                     (1.0, m, n), depth=k)
         if not backward:
-            return [fwd]
+            if self.precision == "fp8":
+                casts.append(Kernel(f"{name}.cast", m * k, m * k * (e + gi), False))
+            return [*casts, fwd]
         ge = grad_bytes_per_element(self.precision)
-        dgrad = Kernel(f"{name}.dgrad", 2.0 * m * k * n, (m * n) * e + (k * n) * we + (m * k) * e,
-                       True, (1.0, m, k))
-        wgrad = Kernel(f"{name}.wgrad", 2.0 * m * k * n, (m * k) * e + (m * n) * e + (k * n) * ge,
-                       True, (1.0, k, n))
-        return [dgrad, wgrad]
+        dgrad = Kernel(f"{name}.dgrad", 2.0 * m * k * n, (m * n) * gi + (k * n) * wi + (m * k) * e,
+                       True, (1.0, m, k), depth=n)
+        wgrad = Kernel(f"{name}.wgrad", 2.0 * m * k * n, (m * k) * gi + (m * n) * gi + (k * n) * ge,
+                       True, (1.0, k, n), depth=m)
+        if self.precision == "fp8":
+            casts.append(Kernel(f"{name}.grad_cast", m * n, m * n * (e + gi), False))
+        return [*casts, dgrad, wgrad]
 
     def _elementwise(self, name: str, elements: float, reads: float, writes: float,
                      flops_per_element: float = 1.0) -> Kernel:
         ew = elements / (self.t if self.sp else 1)
         return Kernel(name, flops_per_element * ew, (reads + writes) * ew * self.e, False)
+
+    def _norm(self, name: str, tokens: float, backward: bool) -> Kernel:
+        """LayerNorm (GPT) or RMSNorm (Llama) over ``tokens x h``: forward reads x and writes
+        y; backward reads x and dy and writes dx (about twice the forward's math)."""
+        f = self.k["rmsnorm_flops" if self.m.arch == "llama" else "layernorm_flops"]
+        h = self.m.hidden
+        if backward:
+            return self._elementwise(f"{name}.bwd", tokens * h, 2, 1, 2 * f)
+        return self._elementwise(name, tokens * h, 1, 1, f)
+
+    def _activation(self, tokens: float, backward: bool) -> Kernel:
+        """GELU (reads the MLP-up output, writes its activation) or SwiGLU (reads gate and up,
+        writes one); backward reads the saved input(s) and the incoming gradient and writes
+        the input gradient(s). The activation is TP-split in any case."""
+        gated = self.m.gated_mlp
+        f = self.k["swiglu_flops" if gated else "gelu_flops"]
+        elems = tokens * self.m.ffn / self.t * (self.t if self.sp else 1)
+        ins = 2 if gated else 1
+        if backward:
+            return self._elementwise("act.bwd", elems, ins + 1, ins, 2 * f)
+        return self._elementwise("act", elems, ins, 1, f)
 
     def attention_block(self, backward: bool = False) -> Block:
         """Norm, QKV projection, attention core, output projection, residual add."""
@@ -159,11 +229,17 @@ class TransformerCosts:
         heads_r = m.heads / t
         kv_r = m.n_kv_heads / t
         tokens = b * s
-        ks: list[Kernel] = [self._elementwise("norm1", tokens * h, 1, 1, 5)]
+        ks: list[Kernel] = [self._norm("norm1", tokens, backward)]
         ks += self._gemm("qkv", tokens, h, (heads_r + 2 * kv_r) * d, backward)
+        if m.arch == "llama":  # rotary embedding of q and k (TP-split heads)
+            rot = tokens * (heads_r + kv_r) * d
+            ks.append(Kernel("rotary.bwd" if backward else "rotary", self.k["rotary_flops"] * rot,
+                             2 * rot * self.e, False))
         ks += self.attention_core(backward)
         ks += self._gemm("attn_out", tokens, heads_r * d, h, backward)
-        ks.append(self._elementwise("residual1", tokens * h, 2, 1))
+        ks.append(self._elementwise("residual1", tokens * h, 2, 1, self.k["residual_flops"]))
+        if backward:
+            ks.reverse()  # backward runs the layer's kernels in reverse order
         return Block("attn_bwd" if backward else "attn_fwd", tuple(ks))
 
     def attention_core(self, backward: bool = False) -> list[Kernel]:
@@ -176,30 +252,38 @@ class TransformerCosts:
         k = 2.0 if backward else 1.0
         gemm_flops = 2.0 * b * heads_r * s * s * d * k   # one of the two batched GEMMs
         if self.attention == "flash":
-            core_bytes = (2 * heads_r + 2 * kv_r) * tokens * d * e * k
-            return [Kernel("attn_core", 2 * gemm_flops, core_bytes, True)]
+            # forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes
+            # dQ, dK, dV (FlashAttention-2 Algorithm 2); causal: half the score blocks run
+            core_bytes = ((2 * heads_r + 2 * kv_r) * tokens * d * e if not backward
+                          else (3 * heads_r + 2 * kv_r) * tokens * d * e
+                          + (heads_r + 2 * kv_r) * tokens * d * e)
+            return [Kernel("attn_core.bwd" if backward else "attn_core", 2 * gemm_flops,
+                           core_bytes, True, fused="bwd" if backward else "fwd", executed=0.5)]
         scores = b * heads_r * s * s                       # elements of the score matrix
         qk_bytes = (heads_r + kv_r) * tokens * d * e + scores * e
         pv_bytes = scores * e + (kv_r + heads_r) * tokens * d * e
-        softmax = Kernel("softmax", 5.0 * scores * k, 2 * scores * e * k, False)
-        dropout = Kernel("dropout", 2.0 * scores * k, scores * (2 * e + 1) * k, False)
+        softmax = Kernel("softmax", self.k["softmax_flops"] * scores * k, 2 * scores * e * k,
+                         False)
+        dropout = Kernel("dropout", self.k["dropout_flops"] * scores * k,
+                         scores * (2 * e + 1) * k, False)
         batch = b * heads_r
-        return [Kernel("attn_scores", gemm_flops, qk_bytes * k, True, (batch, s, s)), softmax,
-                dropout, Kernel("attn_context", gemm_flops, pv_bytes * k, True, (batch, s, d))]
+        return [Kernel("attn_scores", gemm_flops, qk_bytes * k, True, (batch, s, s), depth=d),
+                softmax, dropout,
+                Kernel("attn_context", gemm_flops, pv_bytes * k, True, (batch, s, d), depth=s)]
 
     def mlp_block(self, backward: bool = False) -> Block:
         """Norm, MLP up (+gate), activation, MLP down, residual add."""
         m, b, s, t = self.m, self.b, self.s, self.t
         h, f = m.hidden, m.ffn
         tokens = b * s
-        ks: list[Kernel] = [self._elementwise("norm2", tokens * h, 1, 1, 5)]
+        ks: list[Kernel] = [self._norm("norm2", tokens, backward)]
         up = 2 * f / t if m.gated_mlp else f / t
         ks += self._gemm("mlp_up", tokens, h, up, backward)
-        act_elems = tokens * f / t * (self.t if self.sp else 1)  # activation is TP-split anyway
-        reads = 2 if m.gated_mlp else 1
-        ks.append(self._elementwise("act", act_elems, reads, 1, 8))
+        ks.append(self._activation(tokens, backward))
         ks += self._gemm("mlp_down", tokens, f / t, h, backward)
-        ks.append(self._elementwise("residual2", tokens * h, 2, 1))
+        ks.append(self._elementwise("residual2", tokens * h, 2, 1, self.k["residual_flops"]))
+        if backward:
+            ks.reverse()
         return Block("mlp_bwd" if backward else "mlp_fwd", tuple(ks))
 
     def embedding_block(self, backward: bool = False) -> Block:
@@ -214,10 +298,17 @@ class TransformerCosts:
         """Final norm, output projection to the vocabulary (split over TP) and the loss."""
         tokens = self.b * self.s
         h, v = self.m.hidden, self.m.vocab
-        ks: list[Kernel] = [self._elementwise("final_norm", tokens * h, 1, 1, 5)]
+        ks: list[Kernel] = [self._norm("final_norm", tokens, backward)]
         ks += self._gemm("logits", tokens, h, v / self.t, backward)
-        ks.append(Kernel("loss", 5.0 * tokens * v / self.t, 2 * tokens * v / self.t * self.e,
-                         False))
+        logits = tokens * v / self.t
+        kc = self.k
+        if backward:
+            ks.append(Kernel("loss.bwd", kc["loss_bwd_flops"] * logits,
+                             kc["loss_bwd_bytes_per_logit"] * logits, False))
+            ks.reverse()
+        else:
+            ks.append(Kernel("loss", kc["loss_fwd_flops"] * logits,
+                             kc["loss_fwd_bytes_per_logit"] * logits, False))
         return Block("logits_bwd" if backward else "logits_fwd", tuple(ks))
 
     def recompute_blocks(self) -> list[Block]:

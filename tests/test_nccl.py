@@ -1,0 +1,95 @@
+"""NCCL protocol model (workloads.nccl): bus bandwidth versus message size.
+
+The reference is NCCL's own ring cost model written out here from its source
+(NVIDIA/nccl src/graph/tuning.cc, v2.7/2.8: baseLat, hwLat and the protocol bandwidth factors),
+independently of the code under test, and evaluated on the bus bandwidth of the links; the
+twin runs the collective on its flow fabric. Uncontended, the flow model is exact, so the
+tolerance is 0.5% (rounding of the flow engine's event times).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from devices.fabric import Fabric
+from devices.spec import LinkSpec
+from topologies.graph import build_topology
+from topologies.routing import Router
+from twin.catalogs import catalog
+from twin.kernel.engine import Engine
+from workloads import collectives, nccl
+
+# NVIDIA/nccl src/graph/tuning.cc (ring rows), microseconds; bandwidth factors per protocol
+BASE = {"LL": 3.6, "LL128": 10.0, "simple": 8.4}
+HW_NVLINK = {"LL": 0.47, "LL128": 1.9, "simple": 3.4}
+HW_NET = {"LL": 2.7, "LL128": 4.0, "simple": 9.6}
+
+
+def reference_time(op: str, p: int, n: float, bus: float, nodes: int = 1) -> float:
+    """NCCL's ring time: the fastest protocol of base + steps x hw + n / (f B p / steps)."""
+    steps = 2 * (p - 1) if op == "allreduce" else p - 1
+    net = (2 * (nodes - 1) if op == "allreduce" else nodes - 1) if nodes > 1 else 0
+    best = np.inf
+    for proto in ("LL", "LL128", "simple"):
+        if proto == "LL128" and nodes > 1:
+            continue
+        f = {"LL": 0.25 if (op == "allreduce" or nodes > 1) else 1 / 3, "LL128": 0.92,
+             "simple": 1.0}[proto]
+        intra = HW_NVLINK[proto] * (1.8 if proto == "LL" and nodes > 1 else 1.0)
+        lat = (BASE[proto] + (steps - net) * intra + net * HW_NET[proto]) * 1e-6
+        best = min(best, lat + n / (f * bus * p / steps))
+    return best
+
+
+def twin_time(op: str, n: float, link: str = "nvlink4-switch", gpus: int = 8) -> tuple:
+    spec = LinkSpec.model_validate(catalog("links").get(link).values)
+    per_gpu = int(catalog("links").get(link).values["links_per_gpu"])
+    topo = build_topology("switched", (gpus, 1), link, per_gpu)
+    env = Engine()
+    fab = Fabric(env, topo, Router(topo), {link: spec})
+    group = np.arange(gpus)[None, :]
+    phases = nccl.tune_phases(op, collectives.collective_phases(op, "ring", group, n, topo),
+                              n, gpus, fab)
+
+    def body():
+        for ph in phases:
+            yield from fab.run_phase(ph)
+    env.process(body())
+    env.run()
+    return float(env.now), spec.bytes_per_s * per_gpu
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
+def test_bus_bandwidth_versus_size_is_nccls_cost_model(op):
+    sizes = [2.0 ** k for k in range(10, 31, 4)]
+    busbw = []
+    for n in sizes:
+        t, bus = twin_time(op, n)
+        ref = reference_time(op, 8, n, bus)
+        assert t == pytest.approx(ref, rel=5e-3), n
+        busbw.append(collectives.bus_bandwidth(op, 8, n, t))
+    # latency-bound small messages: under 5% of the link at 1 KiB, over 95% at 1 GiB
+    assert busbw[0] < 0.05 * bus and busbw[-1] > 0.95 * bus
+    assert np.all(np.diff(busbw) > 0)
+
+
+def test_protocol_switches_from_ll_to_simple_with_size():
+    bus = 367e9
+    small = nccl.choose_protocol("allreduce", 14, 0, False, 4096, 8, bus)
+    large = nccl.choose_protocol("allreduce", 14, 0, False, 2.0 ** 30, 8, bus)
+    assert (small, large) == ("LL", "simple")
+    # the crossover LL -> LL128 where their closed-form times are equal (derived here):
+    # 3.6 + 14 * 0.47 + n / (0.25 B 8/14) = 10 + 14 * 1.9 + n / (0.92 B 8/14)
+    lat_gap = ((10.0 + 14 * 1.9) - (3.6 + 14 * 0.47)) * 1e-6
+    n_star = lat_gap / (14 / 8 / bus * (1 / 0.25 - 1 / 0.92))
+    assert nccl.choose_protocol("allreduce", 14, 0, False, 0.9 * n_star, 8, bus) == "LL"
+    assert nccl.choose_protocol("allreduce", 14, 0, False, 1.1 * n_star, 8, bus) != "LL"
+
+
+def test_alpha_beta_closed_form_at_large_messages():
+    """At 16 GiB the protocol latency is negligible and the time is the alpha-beta bandwidth
+    term 2(p-1)/p n / B (Thakur, Rabenseifner, Gropp 2005)."""
+    n = 16 * 2.0 ** 30
+    t, bus = twin_time("allreduce", n)
+    assert t == pytest.approx(2 * 7 / 8 * n / bus, rel=1e-3)
