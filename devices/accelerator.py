@@ -243,6 +243,7 @@ class Accelerator:
         self.transfers = 0          # communication transfers in flight (the executor counts)
         self.memory = None          # HBM contention model (devices.memory), None: roofline
         self.memory_rng: np.random.Generator | None = None  # draws of the memory model
+        self.streams = None         # shared HBM / SMs (devices.interference), None: roofline
         self.power = setup = power if power is not None else PowerSetup(None, model)
         self.dev = dev = setup.dev
         self.reg = dev.regulator
@@ -338,13 +339,16 @@ class Accelerator:
             yield from self._switch(iteration)
             t0 = env.now
             ps = self.ps
-        ms = self.mem_scale
-        if self.memory is not None:  # HBM contention with the transfers in flight now
-            ms *= self.memory.draw_block(block, self.transfers, self.memory_rng, self.n)
-        key = (id(block), ps, ms)
-        c = self._costs.get(key)
-        if c is None:
-            c = self._costs[key] = self._block(block, ps, ms)
+        if self.streams is not None:  # HBM and SMs shared with the streams running now
+            c = self.streams.block_cost(self, block, ps)
+        else:
+            ms = self.mem_scale
+            if self.memory is not None:  # HBM contention with the transfers in flight now
+                ms *= self.memory.draw_block(block, self.transfers, self.memory_rng, self.n)
+            key = (id(block), ps, ms)
+            c = self._costs.get(key)
+            if c is None:
+                c = self._costs[key] = self._block(block, ps, ms)
         dur, flops, e_dyn, e_mem, _ = c
         dur *= self.slowdown
         if self.jitter_sigma > 0:

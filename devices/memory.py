@@ -93,11 +93,24 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
+from devices.memory_spec import (
+    _MIN_REQUESTS,
+    SERVICE_SHAPES,
+    Bound,
+    DmaSpec,
+    MemorySpec,
+    Mix,
+    OpSpec,
+    ServiceSpec,
+    _flat,
+    as_mix,
+    dma_rate_bytes_per_s,
+    latency_bound,
+)
 from twin.kernel.errors import Problem, ScenarioError
 from twin.kernel.queueing import (
     PoissonArrivals,
@@ -105,151 +118,28 @@ from twin.kernel.queueing import (
     analyze_queue,
     batch_means,
     fifo_queue,
-    service_from_spec,
 )
-from twin.kernel.schema import PositiveFloat, StrictModel
 
 __all__ = [
+    "SERVICE_SHAPES",
     "DmaSpec",
     "FrfcfsContention",
     "LevelReport",
     "MemoryContention",
     "MemorySpec",
+    "Mix",
     "OpSpec",
     "QueueContention",
     "ServiceSpec",
     "SlowdownTable",
+    "as_mix",
     "build_memory_model",
     "dma_rate_bytes_per_s",
+    "latency_bound",
     "roofline_report",
 ]
 
-Bound = Literal["bandwidth", "latency"]
-ServiceName = Literal["deterministic", "exponential", "erlang", "hyperexponential", "lognormal",
-                      "pareto"]
-
-#: Shape parameters each service distribution takes (its mean is fixed by the HBM part).
-SERVICE_SHAPES: dict[str, tuple[str, ...]] = {
-    "deterministic": (), "exponential": (), "erlang": ("k",), "hyperexponential": ("cov",),
-    "lognormal": ("cov",), "pareto": ("alpha",),
-}
-_SHAPE_ALLOWED = ("deterministic; exponential; erlang with k; hyperexponential with cov >= 1; "
-                  "lognormal with cov; pareto with alpha > 1 (the mean is one burst at the "
-                  "peak per-channel bandwidth, not a key)")
-_MIN_REQUESTS = 16
 _DIAGNOSTIC_REQUESTS = 1 << 18
-
-
-# ============================================================================ scenario schema
-class ServiceSpec(StrictModel):
-    """Service-time distribution of the ``queue`` model (its shape; the mean is fixed)."""
-
-    dist: ServiceName = Field(default="exponential",
-                              description="name of a twin.kernel.queueing service distribution")
-    alpha: float | None = Field(default=None, gt=1, allow_inf_nan=False,
-                                description="pareto: tail index (<= 2: infinite variance)")
-    cov: PositiveFloat | None = Field(default=None, description="lognormal, hyperexponential "
-                                                                "(>= 1): coefficient of variation")
-    k: int | None = Field(default=None, ge=1, description="erlang: number of phases")
-
-    def params(self) -> dict[str, Any]:
-        """The shape parameters given, by name."""
-        return {p: getattr(self, p) for p in SERVICE_SHAPES[self.dist]
-                if getattr(self, p) is not None}
-
-    def problems(self, prefix: str = "memory.service") -> list[Problem]:
-        """Missing or superfluous shape parameters and bad values, by field path."""
-        out: list[Problem] = []
-        need = SERVICE_SHAPES[self.dist]
-        for p in ("alpha", "cov", "k"):
-            v = getattr(self, p)
-            if p in need and v is None:
-                out.append(Problem(f"{prefix}.{p}", f"is required by dist {self.dist}", None,
-                                   _SHAPE_ALLOWED))
-            elif p not in need and v is not None:
-                out.append(Problem(f"{prefix}.{p}", f"is not a parameter of dist {self.dist}",
-                                   v, _SHAPE_ALLOWED))
-        if not out:
-            try:
-                self.distribution(1.0, prefix)
-            except ScenarioError as exc:
-                out.extend(exc.problems)
-        return out
-
-    def distribution(self, mean_s: float, path: str = "memory.service") -> ServiceDistribution:
-        """The distribution with mean ``mean_s`` (s)."""
-        return service_from_spec({"name": self.dist, "mean": mean_s, **self.params()}, path)
-
-
-class OpSpec(StrictModel):
-    """The compute op's request stream during its memory phase."""
-
-    load: float | None = Field(
-        default=None, gt=0, le=1, description="utilization of the peak HBM bandwidth by the "
-        "op's memory phase; default: the device's memory_efficiency")
-    read_fraction: float = Field(default=2 / 3, ge=0, le=1, description="frfcfs: share of "
-                                 "reads (two operands read per result written)")
-    row_locality: float = Field(default=0.9, ge=0, lt=1, description="frfcfs: probability "
-                                "that a request stays in the previous request's row")
-
-
-class DmaSpec(StrictModel):
-    """How one communication transfer in flight becomes an HBM request stream."""
-
-    rate_gbps: PositiveFloat | None = Field(
-        default=None, description="HBM traffic of one transfer, GB/s; default: cluster.link "
-        "bandwidth x efficiency x links_per_edge x hbm_bytes_per_link_byte")
-    hbm_bytes_per_link_byte: PositiveFloat = Field(
-        default=2.0, description="HBM bytes per byte on the link per direction (2: the "
-        "outgoing bytes are read, the incoming written)")
-    read_fraction: float = Field(default=0.5, ge=0, le=1, description="frfcfs: share of reads")
-    row_locality: float = Field(default=0.97, ge=0, lt=1, description="frfcfs: probability "
-                                "that a request stays in the previous request's row (bulk "
-                                "copies walk whole rows)")
-
-
-class MemorySpec(StrictModel):
-    """The ``memory`` section: HBM contention between compute and communication."""
-
-    model: Literal["roofline", "frfcfs", "queue"] = Field(
-        default="roofline", description="roofline: no contention; frfcfs: devices.hbm "
-        "controller; queue: single-server FIFO with memory.service")
-    bound: Bound = Field(default="bandwidth", description="bandwidth: memory time = "
-                         "completion of the op's last request; latency: mean request sojourn "
-                         "(Little's law at fixed requests in flight)")
-    service: ServiceSpec = ServiceSpec()
-    op: OpSpec = OpSpec()
-    dma: DmaSpec = DmaSpec()
-    requests_per_batch: int = Field(default=4096, ge=_MIN_REQUESTS, le=1 << 20,
-                                    description="largest op batch simulated, requests")
-    batches: int = Field(default=32, ge=4, le=4096,
-                         description="simulated batches per (op class, k): the empirical "
-                         "distribution ops draw from")
-    max_streams: int = Field(default=16, ge=1, le=256,
-                             description="largest k simulated; more transfers are clipped")
-
-    def problems(self, device, prefix: str = "memory") -> list[Problem]:
-        """Cross-checks with the device (HBM part in the catalog, service parameters)."""
-        out: list[Problem] = []
-        if self.model == "queue":
-            out.extend(self.service.problems(f"{prefix}.service"))
-        if self.model != "roofline":
-            from devices.hbm import hbm_catalog
-
-            cat = hbm_catalog()
-            if device.hbm_type not in cat:
-                out.append(Problem("cluster.device.hbm_type",
-                                   f"memory.model {self.model} needs the device's HBM part in "
-                                   "devices/catalog/hbm", device.hbm_type,
-                                   ", ".join(cat.names())))
-        return out
-
-
-def dma_rate_bytes_per_s(spec: MemorySpec, link, links_per_edge: int) -> float:
-    """HBM traffic of one transfer in flight, bytes/s (see the module docstring)."""
-    if spec.dma.rate_gbps is not None:
-        return spec.dma.rate_gbps * 1e9
-    return link.bytes_per_s * links_per_edge * spec.dma.hbm_bytes_per_link_byte
 
 
 # ============================================================================ results
@@ -259,13 +149,15 @@ class SlowdownTable:
 
     Attributes:
         n_requests: op requests per batch.
-        k: concurrent DMA streams.
+        k: concurrent streams beside the op (network DMA and host copies).
         samples: slowdown of each batch (dimensionless, >= 1 for the queue model).
+        mix: ``(network DMA streams, host-to-device copy streams)``.
     """
 
     n_requests: int
     k: int
     samples: np.ndarray
+    mix: Mix = (0, 0)
 
     @property
     def mean(self) -> float:
@@ -319,6 +211,7 @@ class LevelReport:
     op_mean_wait_se_s: float
     tail_index: float | None
     warnings: tuple[str, ...] = ()
+    h2d: int = 0
 
     @property
     def unstable(self) -> bool:
@@ -327,7 +220,7 @@ class LevelReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for the summary (non-finite numbers stay ``inf``/``nan``)."""
-        return {"k": self.k, "rho": self.rho, "status": self.status,
+        return {"k": self.k, "h2d": self.h2d, "rho": self.rho, "status": self.status,
                 "converged": self.converged, "variance_infinite": self.variance_infinite,
                 "unstable": self.unstable, "mean_wait_s": self.mean_wait_s,
                 "mean_wait_se_s": self.mean_wait_se_s, "op_mean_wait_s": self.op_mean_wait_s,
@@ -356,6 +249,7 @@ class MemoryContention(ABC):
     dma_load: float
     bytes_per_request: float
     bound: Bound = "bandwidth"
+    h2d_load: float = 0.0
     requests_per_batch: int = 4096
     batches: int = 32
     max_streams: int = 16
@@ -380,9 +274,9 @@ class MemoryContention(ABC):
         if not self.dma_load > 0.0:
             problems.append(Problem("memory.dma.rate_gbps", "gives no DMA load", self.dma_load,
                                     "a positive rate"))
-        if self.bound not in ("bandwidth", "latency"):
+        if self.bound not in ("bandwidth", "latency", "auto"):
             problems.append(Problem("memory.bound", "unknown bound", self.bound,
-                                    "bandwidth, latency"))
+                                    "bandwidth, latency, auto"))
         if self.requests_per_batch < _MIN_REQUESTS:
             problems.append(Problem("memory.requests_per_batch", "too small",
                                     self.requests_per_batch, f">= {_MIN_REQUESTS}"))
@@ -392,9 +286,15 @@ class MemoryContention(ABC):
             raise ScenarioError(problems)
 
     # ------------------------------------------------------------------ classes and draws
-    def rho(self, k: int) -> float:
-        """Offered load on the peak bandwidth with ``k`` DMA streams."""
-        return self.op_load + k * self.dma_load
+    def rho(self, k: int | Mix) -> float:
+        """Offered load on the peak bandwidth with ``k`` DMA streams (or a :data:`Mix`)."""
+        net, h2d = as_mix(k)
+        return self.op_load + net * self.dma_load + h2d * self.h2d_load
+
+    def loads(self, k: int | Mix) -> list[float]:
+        """Load of every stream beside the op: the network DMA streams, then the copies."""
+        net, h2d = as_mix(k)
+        return [self.dma_load] * net + [self.h2d_load] * h2d
 
     @property
     def saturation_streams(self) -> float:
@@ -408,20 +308,20 @@ class MemoryContention(ABC):
         p = 1 << max(0, math.ceil(math.log2(n)))
         return int(min(self.requests_per_batch, max(_MIN_REQUESTS, p)))
 
-    def table(self, n_requests: int, k: int) -> SlowdownTable:
+    def table(self, n_requests: int, k: int | Mix) -> SlowdownTable:
         """Slowdown distribution of ``n_requests``-request ops next to ``k`` streams (cached)."""
-        key = (int(n_requests), int(k))
+        key = (int(n_requests), as_mix(k))
         tab = self._tables.get(key)
         if tab is None:
-            if k == 0:
+            if sum(key[1]) == 0:
                 samples = np.ones(self.batches)
             else:
                 samples = np.asarray(self._simulate(key[0], key[1]), dtype=np.float64)
             samples.setflags(write=False)
-            tab = self._tables[key] = SlowdownTable(key[0], key[1], samples)
+            tab = self._tables[key] = SlowdownTable(key[0], sum(key[1]), samples, key[1])
         return tab
 
-    def draw(self, nbytes: float, k: int, rng: np.random.Generator, weight: float = 1.0,
+    def draw(self, nbytes: float, k: int | Mix, rng: np.random.Generator, weight: float = 1.0,
              key: Hashable | None = None) -> float:
         """Slowdown of one executed op moving ``nbytes`` next to ``k`` transfers.
 
@@ -429,12 +329,10 @@ class MemoryContention(ABC):
         (``weight``: devices the op stands for). ``key`` (e.g. the block's id) caches the op
         class so ``nbytes`` is not re-classified on every call.
         """
-        if k > self.max_streams:
-            self._clipped += weight
-            k = self.max_streams
+        k = self.clip(k, weight)
         self._weight[k] += weight
-        if k <= 0:
-            self._sum[0] += weight
+        if k == (0, 0):
+            self._sum[k] += weight
             return 1.0
         n = self._bucket.get(key) if key is not None else None
         if n is None:
@@ -450,21 +348,39 @@ class MemoryContention(ABC):
             self._max = s
         return s
 
-    def draw_block(self, block, k: int, rng: np.random.Generator, weight: float = 1.0) -> float:
+    def clip(self, k: int | Mix, weight: float = 1.0) -> Mix:
+        """The mix simulated for ``k``: at most ``max_streams`` streams (network first)."""
+        net, h2d = as_mix(k)
+        if net + h2d > self.max_streams:
+            self._clipped += weight
+            net = min(net, self.max_streams)
+            h2d = self.max_streams - net
+        return net, h2d
+
+    def record(self, k: Mix, s: float, weight: float) -> None:
+        """Account one executed op of slowdown ``s`` at level ``k`` (already clipped)."""
+        self._weight[k] += weight
+        self._sum[k] += weight * s
+        if s > self._max:
+            self._max = s
+
+    def draw_block(self, block, k: int | Mix, rng: np.random.Generator,
+                   weight: float = 1.0) -> float:
         """:meth:`draw` for a ``workloads.transformer.Block`` (its bytes, cached by id)."""
-        if k <= 0:
-            self._weight[0] += weight
-            self._sum[0] += weight
+        if not isinstance(k, tuple) and k <= 0:
+            self._weight[(0, 0)] += weight
+            self._sum[(0, 0)] += weight
             return 1.0
         n = self._bucket.get(id(block))
         return self.draw(block.bytes if n is None else 0.0, k, rng, weight, key=id(block))
 
     # ------------------------------------------------------------------ diagnostics
-    def level(self, k: int) -> LevelReport:
+    def level(self, k: int | Mix) -> LevelReport:
         """Diagnostics of contention level ``k`` (cached)."""
+        k = as_mix(k)
         rep = self._levels.get(k)
         if rep is None:
-            rep = self._levels[k] = self._diagnose(int(k))
+            rep = self._levels[k] = self._diagnose(k)
         return rep
 
     def report(self) -> dict[str, Any]:
@@ -476,14 +392,15 @@ class MemoryContention(ABC):
             for k in sorted(self._weight) if self._weight[k] > 0]
         warnings: list[str] = []
         for lv in levels:
-            warnings += [f"k={lv['k']} (rho={lv['rho']:.3g}): {m}" for m in lv["warnings"]]
+            warnings += [f"k={lv['k']}{'' if not lv['h2d'] else ' (' + str(lv['h2d']) + ' h2d)'} "
+                         f"(rho={lv['rho']:.3g}): {m}" for m in lv["warnings"]]
         if self._clipped:
             warnings.append(f"{self._clipped:g} block(s) ran next to more than max_streams = "
                             f"{self.max_streams} transfers and were simulated at k = "
                             f"{self.max_streams}")
         converged = all(lv["converged"] for lv in levels)
         mean = sum(self._sum.values()) / w if w else 1.0
-        contended = sum(v for k, v in self._weight.items() if k > 0)
+        contended = sum(v for k, v in self._weight.items() if sum(k) > 0)
         return {
             "memory_model": self.name,
             "memory_bound": self.bound,
@@ -494,7 +411,7 @@ class MemoryContention(ABC):
                                    "sample mean of this finite run only (not converged)"),
             "memory_slowdown_max": self._max,
             "memory_contended_fraction": contended / w if w else 0.0,
-            "memory_max_transfers": max((k for k, v in self._weight.items() if v > 0),
+            "memory_max_transfers": max((sum(k) for k, v in self._weight.items() if v > 0),
                                         default=0),
             "memory_converged": converged,
             "memory_variance_infinite": any(lv["variance_infinite"] for lv in levels),
@@ -505,16 +422,16 @@ class MemoryContention(ABC):
 
     # ------------------------------------------------------------------ per model
     @abstractmethod
-    def _simulate(self, n: int, k: int) -> list[float]:
+    def _simulate(self, n: int, k: Mix) -> list[float]:
         """Slowdowns of ``batches`` batches of ``n`` op requests next to ``k`` streams."""
 
     @abstractmethod
-    def _diagnose(self, k: int) -> LevelReport:
+    def _diagnose(self, k: Mix) -> LevelReport:
         """Diagnostics of contention level ``k``."""
 
-    def _rng(self, *key: int) -> np.random.Generator:
+    def _rng(self, *key) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(
-            np.random.SeedSequence(self.entropy, spawn_key=tuple(int(x) for x in key))))
+            np.random.SeedSequence(self.entropy, spawn_key=_flat(key))))
 
 
 def roofline_report() -> dict[str, Any]:
@@ -539,7 +456,7 @@ class QueueContention(MemoryContention):
 
     service: ServiceDistribution | None = None
     diagnostic_requests: int = _DIAGNOSTIC_REQUESTS
-    _alone: dict[tuple[int, int], tuple] = field(default_factory=dict, init=False, repr=False)
+    _alone: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -562,6 +479,10 @@ class QueueContention(MemoryContention):
         """Arrival rate of one DMA stream's requests, 1/s."""
         return self.dma_load / self.service_mean_s
 
+    def stream_rates(self, k: int | Mix) -> list[float]:
+        """Arrival rate of every stream beside the op, 1/s (network DMA, then copies)."""
+        return [x / self.service_mean_s for x in self.loads(k)]
+
     def _op_batch(self, n: int, r: int) -> tuple:
         """Arrivals, services, alone completion span and alone mean sojourn of batch r."""
         hit = self._alone.get((n, r))
@@ -575,19 +496,23 @@ class QueueContention(MemoryContention):
             self._alone[(n, r)] = hit
         return hit
 
-    def _dma(self, n: int, r: int, j: int, t_end: float) -> tuple[np.ndarray, np.ndarray]:
+    def _dma(self, n: int, r: int, j: int, t_end: float,
+             rate: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         g = self._rng(0, n, r, j)
-        arr = PoissonArrivals(self.dma_rate).sample_until(g, t_end)
+        arr = PoissonArrivals(self.dma_rate if rate is None else rate).sample_until(g, t_end)
         return arr, self.service.sample(g, arr.size)
 
-    def batch(self, n: int, k: int, r: int) -> tuple[float, np.ndarray]:
+    def batch(self, n: int, k: int | Mix, r: int) -> tuple[float, np.ndarray]:
         """Slowdown of batch ``r`` of ``n`` op requests next to ``k`` streams, and the waits
-        of the op's requests (s), in arrival order."""
+        of the op's requests (s), in arrival order. Network stream ``j`` (1-based) and copy
+        stream ``j`` have their own generators, the same at every level that has them."""
         arr, srv, span0, soj0 = self._op_batch(n, r)
         t_end = float(arr[-1])  # later DMA arrivals never overtake an op request (FIFO)
         parts_a, parts_s = [arr], [srv]
-        for j in range(1, k + 1):
-            a, s = self._dma(n, r, j, t_end)
+        net, h2d = as_mix(k)
+        for j, rate in [(j, self.dma_rate) for j in range(1, net + 1)] + [
+                (1000 + j, self.h2d_load / self.service_mean_s) for j in range(1, h2d + 1)]:
+            a, s = self._dma(n, r, j, t_end, rate)
             parts_a.append(a)
             parts_s.append(s)
         times = np.concatenate(parts_a)
@@ -602,10 +527,38 @@ class QueueContention(MemoryContention):
             s = float(res.sojourns[is_op].mean()) / soj0
         return s, waits
 
-    def _simulate(self, n: int, k: int) -> list[float]:
+    def _simulate(self, n: int, k: Mix) -> list[float]:
         return [self.batch(n, k, r)[0] for r in range(self.batches)]
 
-    def stationary(self, k: int, n: int, g: np.random.Generator) -> tuple:
+    def alone_sojourn(self, n: int) -> float:
+        """Mean sojourn (s) of an ``n``-request op alone, over the cached alone batches."""
+        return float(np.mean([self._op_batch(n, r)[3] for r in range(self.batches)]))
+
+    def fresh_latency(self, n: int, k: int | Mix, rng: np.random.Generator) -> float:
+        """Slowdown of one latency-bound op drawn afresh (not from a table): the mean sojourn
+        of its ``n`` requests next to ``k`` streams, over the mean alone sojourn. Every op
+        sees its own sample of the queue's sojourn-time tail (``memory.bound: auto``)."""
+        arr = PoissonArrivals(self.op_rate).sample(rng, n)
+        parts_a, parts_s = [arr], [self.service.sample(rng, n)]
+        t_end = float(arr[-1])
+        for rate in self.stream_rates(k):
+            a = PoissonArrivals(rate).sample_until(rng, t_end)
+            parts_a.append(a)
+            parts_s.append(self.service.sample(rng, a.size))
+        times = np.concatenate(parts_a)
+        order = np.argsort(times, kind="stable")
+        res = fifo_queue(times[order], np.concatenate(parts_s)[order])
+        return float(res.sojourns[order < n].mean()) / self.alone_sojourn_cached(n)
+
+    def alone_sojourn_cached(self, n: int) -> float:
+        """:meth:`alone_sojourn`, cached per ``n``."""
+        key = ("alone", n)
+        v = self._alone.get(key)
+        if v is None:
+            v = self._alone[key] = self.alone_sojourn(n)
+        return v
+
+    def stationary(self, k: int | Mix, n: int, g: np.random.Generator) -> tuple:
         """One stationary run with ``n`` requests in all at load ``rho(k)`` (empty at 0).
 
         Returns:
@@ -613,30 +566,31 @@ class QueueContention(MemoryContention):
         """
         n_op = max(16, round(n * self.op_load / self.rho(k)))
         op = PoissonArrivals(self.op_rate).sample(g, n_op)
-        parts = [op] + [PoissonArrivals(self.dma_rate).sample_until(g, float(op[-1]))
-                        for _ in range(k)]
+        parts = [op] + [PoissonArrivals(rate).sample_until(g, float(op[-1]))
+                        for rate in self.stream_rates(k)]
         times = np.concatenate(parts)
         order = np.argsort(times, kind="stable")
         times = times[order]
         services = self.service.sample(g, times.size)
         return times, services, order < n_op, fifo_queue(times, services)
 
-    def mean_op_wait(self, k: int, n: int, replication: int) -> float:
+    def mean_op_wait(self, k: int | Mix, n: int, replication: int) -> float:
         """Sample mean wait (s) of the op's requests in stationary run ``replication`` of
         ``n`` requests at level ``k`` (no warm-up dropped; the queue starts empty). For a
         service tail index <= 2 its expectation grows without bound with ``n``."""
-        *_, is_op, res = self.stationary(k, n, self._rng(2, k, n, replication))
+        *_, is_op, res = self.stationary(k, n, self._rng(2, as_mix(k), n, replication))
         return float(res.waits[is_op].mean())
 
-    def _diagnose(self, k: int) -> LevelReport:
+    def _diagnose(self, k: Mix) -> LevelReport:
         """One long stationary run at load ``rho(k)``: twin.kernel.queueing's verdict."""
         times, services, is_op, res = self.stationary(k, self.diagnostic_requests,
                                                       self._rng(1, k))
-        lam = self.op_rate + k * self.dma_rate
+        lam = self.op_rate + sum(self.stream_rates(k))
         qa = analyze_queue(times, services, service_distribution=self.service, arrival_rate=lam)
         op_waits = res.waits[is_op]
         op_bm = batch_means(op_waits[op_waits.size // 10:], 20)
-        return LevelReport(k=k, rho=self.rho(k), status=qa.status, converged=qa.converged,
+        return LevelReport(k=sum(k), h2d=k[1], rho=self.rho(k), status=qa.status,
+                           converged=qa.converged,
                            variance_infinite=qa.variance_infinite, mean_wait_s=qa.mean_wait,
                            mean_wait_se_s=qa.mean_wait_se,
                            op_mean_wait_s=op_bm.mean,
@@ -662,6 +616,7 @@ class FrfcfsContention(MemoryContention):
     stacks: int = 1
     op_stream: Any = None
     dma_stream: Any = None
+    h2d_stream: Any = None
     _alone: dict[tuple[int, int], Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -671,14 +626,20 @@ class FrfcfsContention(MemoryContention):
                                         "stream templates"))
         self.name = "frfcfs"
 
-    def _streams(self, n: int, k: int):
+    def _streams(self, n: int, k: int | Mix):
+        """The op's stream and the streams beside it (network DMA, then copies), per stack."""
         op = replace(self.op_stream, n_requests=n, nbytes=None)
-        ratio = self.dma_stream.rate_bytes_per_s / self.op_stream.rate_bytes_per_s
-        # DMA arrivals cover 3x the op's arrival span, stretched by the fluid bound
-        m = math.ceil(n * ratio * 3.0 * (1.0 + k * ratio)) + 16
-        return op, [replace(self.dma_stream, n_requests=m, nbytes=None)] * k
+        net, h2d = as_mix(k)
+        tmpl = [self.dma_stream] * net + [self.h2d_stream or self.dma_stream] * h2d
+        total = sum(t.rate_bytes_per_s for t in tmpl) / self.op_stream.rate_bytes_per_s
+        out = []
+        for t in tmpl:  # arrivals cover 3x the op's arrival span, stretched by the fluid bound
+            ratio = t.rate_bytes_per_s / self.op_stream.rate_bytes_per_s
+            out.append(replace(t, n_requests=math.ceil(n * ratio * 3.0 * (1.0 + total)) + 16,
+                               nbytes=None))
+        return op, out
 
-    def batch(self, n: int, k: int, r: int):
+    def batch(self, n: int, k: int | Mix, r: int):
         """(slowdown, :class:`devices.hbm.EffectiveBandwidth`) of batch ``r``."""
         from devices.hbm import effective_bandwidth
 
@@ -687,7 +648,7 @@ class FrfcfsContention(MemoryContention):
         if alone is None:
             alone = self._alone[(n, r)] = effective_bandwidth(
                 self.spec, self.stacks, op, [], self._rng(0, n, r))
-        if k == 0:
+        if sum(as_mix(k)) == 0:
             return 1.0, alone
         eb = effective_bandwidth(self.spec, self.stacks, op, dma, self._rng(0, n, r),
                                  op_alone_bytes_per_s=alone.op_bandwidth_bytes_per_s)
@@ -695,16 +656,16 @@ class FrfcfsContention(MemoryContention):
             return eb.slowdown, eb
         return eb.op_mean_latency_s / alone.op_mean_latency_s, eb
 
-    def _simulate(self, n: int, k: int) -> list[float]:
+    def _simulate(self, n: int, k: Mix) -> list[float]:
         return [self.batch(n, k, r)[0] for r in range(self.batches)]
 
-    def _diagnose(self, k: int) -> LevelReport:
+    def _diagnose(self, k: Mix) -> LevelReport:
         tabs = [t for (n, kk), t in self._tables.items() if kk == k]
         n = max((t.n_requests for t in tabs), default=min(self.requests_per_batch, 1024))
         lat = [self.batch(n, k, r)[1].op_mean_latency_s for r in range(min(self.batches, 8))]
         rho = self.rho(k)
         warnings: list[str] = []
-        rel = max((t.standard_error / t.mean for t in tabs if k > 0), default=0.0)
+        rel = max((t.standard_error / t.mean for t in tabs if sum(k) > 0), default=0.0)
         if rho >= 1.0:
             status = "unstable"
             warnings.append(f"offered load {rho:.3g} of the peak HBM bandwidth >= 1: the op "
@@ -718,7 +679,8 @@ class FrfcfsContention(MemoryContention):
             status = "converged"
         mean_lat = float(np.mean(lat))
         se = float(np.std(lat, ddof=1) / math.sqrt(len(lat))) if len(lat) > 1 else math.inf
-        return LevelReport(k=k, rho=rho, status=status, converged=status == "converged",
+        return LevelReport(k=sum(k), h2d=k[1], rho=rho, status=status,
+                           converged=status == "converged",
                            variance_infinite=False, mean_wait_s=mean_lat, mean_wait_se_s=se,
                            op_mean_wait_s=mean_lat, op_mean_wait_se_s=se, tail_index=None,
                            warnings=tuple(warnings))
@@ -726,7 +688,8 @@ class FrfcfsContention(MemoryContention):
 
 # ============================================================================ building
 def build_memory_model(spec: MemorySpec, device, link, links_per_edge: int,
-                       rng: np.random.Generator) -> MemoryContention | None:
+                       rng: np.random.Generator, h2d_bytes_per_s: float = 0.0,
+                       bound: Bound | None = None) -> MemoryContention | None:
     """The contention model of a run (``None`` for ``roofline``).
 
     Args:
@@ -735,6 +698,10 @@ def build_memory_model(spec: MemorySpec, device, link, links_per_edge: int,
         link: ``cluster.link`` (``devices.spec.LinkSpec``), for the DMA rate.
         links_per_edge: ``cluster.links_per_edge``.
         rng: one integer is drawn from it as the root of every batch's generator.
+        h2d_bytes_per_s: HBM write rate of one host-to-device copy stream (its PCIe rate),
+            bytes/s (0: no copy streams).
+        bound: overrides ``spec.bound`` (``auto`` builds one model per view: bandwidth and
+            latency).
     """
     if spec.model == "roofline":
         return None
@@ -744,7 +711,9 @@ def build_memory_model(spec: MemorySpec, device, link, links_per_edge: int,
     peak = device.hbm_bandwidth_gbps * 1e9  # bytes/s
     op_load = spec.op.load if spec.op.load is not None else device.memory_efficiency
     dma = dma_rate_bytes_per_s(spec, link, links_per_edge)
-    common = dict(op_load=op_load, dma_load=dma / peak, bound=spec.bound,
+    view = bound or spec.bound
+    common = dict(op_load=op_load, dma_load=dma / peak, bound=view,
+                  h2d_load=h2d_bytes_per_s / peak,
                   requests_per_batch=spec.requests_per_batch, batches=spec.batches,
                   max_streams=spec.max_streams, entropy=int(rng.integers(0, 2**63 - 1)))
     stacks = device.hbm_stacks
@@ -758,5 +727,11 @@ def build_memory_model(spec: MemorySpec, device, link, links_per_edge: int,
     dstream = StreamSpec(n_requests=1, arrival="poisson", rate_bytes_per_s=dma / stacks,
                          read_fraction=spec.dma.read_fraction,
                          row_locality=spec.dma.row_locality, interleave="random")
+    # a host-to-device copy only writes HBM, in whole rows (bulk DMA of a pinned buffer)
+    h2d = (StreamSpec(n_requests=1, arrival="poisson",
+                      rate_bytes_per_s=h2d_bytes_per_s / stacks, read_fraction=0.0,
+                      row_locality=spec.dma.row_locality, interleave="random")
+           if h2d_bytes_per_s > 0 else None)
     return FrfcfsContention(bytes_per_request=float(hbm.burst_bytes * stacks), spec=hbm,
-                            stacks=stacks, op_stream=op, dma_stream=dstream, **common)
+                            stacks=stacks, op_stream=op, dma_stream=dstream, h2d_stream=h2d,
+                            **common)

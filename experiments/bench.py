@@ -7,6 +7,7 @@ Sections (each prints its own table with the target beside each measurement):
 * e2e      - one iteration of GPT-3 175B on 64 ... 4096 devices: wall, CPU, peak memory;
 * trace    - trace rows written per second and the slowdown tracing causes;
 * campaign - parallel efficiency of a fault campaign on 2 Dask workers;
+* contention - GPT-3 175B on 64 devices with the contention model vs roofline (wall ratio);
 * startup  - wall time of `twin --help`, `twin check` and `twin run` of the quickstart;
 * modes    - fast mode vs ``simulation.exact: true`` side by side per configuration (wall,
   events, peak memory, ratio, disagreement).
@@ -30,6 +31,7 @@ SECTIONS = {
     "e2e": "experiments.bench_e2e",
     "trace": "experiments.bench_trace",
     "campaign": "experiments.bench_campaign",
+    "contention": "experiments.bench_contention",
     "startup": "experiments.bench_startup",
     "modes": "experiments.bench_modes",
 }

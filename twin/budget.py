@@ -128,6 +128,9 @@ def estimate(scen: Scenario) -> Estimate:
     iters = w.iterations
     work = float(m) * layers_per_stage
     events = float(EVENTS_PER_MICROBATCH_LAYER) * classes * work * iters
+    if scen.overlap.tp_comm and par.tp > 1:  # chunked TP overlap: each block is tp_chunks
+        events *= scen.overlap.tp_chunks + 1  # of compute + collectives (measured 4.9x at 4:
+        # experiments/bench_contention, GPT-3 on 64 devices, 447774 vs 91422 events)
 
     tc = TransformerCosts(model, w.precision, w.micro_batch, w.seq, par.tp,
                           w.sequence_parallel, w.recompute, w.attention)

@@ -47,6 +47,9 @@ HEADLINE_KEYS = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
                  "goodput", "memory_warnings", "symmetry_used")
 #: Printed by default when the run has a data path.
 DATA_KEYS = ("data_wait_fraction", "data_wait_per_device_s")
+#: Printed by default when streams shared a device's HBM or SMs (devices.interference).
+CONTENTION_KEYS = ("hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_mean",
+                   "iteration_time_p99_s", "iteration_time_cov")
 
 
 def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:
@@ -59,6 +62,8 @@ def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -
         keys = list(summary)
     else:
         extra = DATA_KEYS if summary.get("data_path") else ()
+        if summary.get("hbm_max_streams") or summary.get("sm_max_used"):
+            extra = (*extra, *CONTENTION_KEYS)
         keys = [k for k in (*SUMMARY_KEYS, *HEADLINE_KEYS, *extra) if k in summary]
     width = max(len(k) for k in keys)
     for k in keys:
@@ -193,10 +198,13 @@ class SummaryCommand(Command):
 
 
 def file_kind(raw: Any) -> str:
-    """What an input file is: ``scenario``, ``campaign`` or ``sweep`` (by its keys: a sweep
-    has a ``space``, a campaign a ``base`` without one)."""
+    """What an input file is: ``scenario``, ``campaign``, ``sweep`` or ``contention`` (by its
+    keys: a sweep has a ``space``, a campaign a ``base`` without one, a contention map
+    ``configurations``)."""
     if isinstance(raw, dict) and "base" in raw and "cluster" not in raw:
         return "sweep" if "space" in raw or "objectives" in raw else "campaign"
+    if isinstance(raw, dict) and "configurations" in raw and "cluster" not in raw:
+        return "contention"
     return "scenario"
 
 
@@ -216,6 +224,11 @@ def check_file(path: str, overrides: list[str]) -> str:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "
                                      f"{kind} file", overrides[0], "set keys in the file")],
                             source=path)
+    if kind == "contention":
+        from experiments.contention import load_map
+
+        spec, cells = load_map(path)
+        return f"contention map {spec.name}, {len(cells)} cells"
     if kind == "campaign":
         from experiments.campaign import load_campaign
 
@@ -428,6 +441,8 @@ COMMANDS: list[Command] = [
                 "Dask)", "experiments.pareto.command:ParetoCommand"),
     LazyCommand("campaign", "run a fault campaign (seeds x parameter grid) on Dask; results "
                 "with CIs", "experiments.campaign:CampaignCommand"),
+    LazyCommand("contention", "saturation-vs-collapse map of whole training runs (concurrency "
+                "x HBM service)", "experiments.contention:ContentionCommand"),
 ]
 
 

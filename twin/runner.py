@@ -97,11 +97,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                                 rngs.get(f"class/{c}"), power,
                                 int(model.layout.class_stage[c]))
                     for c, ranks in enumerate(model.layout.classes)]
-    memory = build_memory_model(scen.memory, scen.cluster.device, scen.cluster.link,
-                                scen.cluster.links_per_edge, rngs.get("memory"))
-    if memory is not None:  # HBM contention: every class draws with its own generator
-        for c, acc in enumerate(accelerators):
-            acc.memory, acc.memory_rng = memory, rngs.get(f"memory/class/{c}")
+    streams, pcie = device_streams(scen, model, env, accelerators, rngs)
     if scen.power.manager.budget_w is not None:
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
     job = JobController(env, scen.job.policy(), scen.workload.iterations,
@@ -112,10 +108,12 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
         w, topo = scen.workload, scen.cluster.topology
         data = build_data_path(env, scen.data, model.layout, topo.kind, topo.shape,
                                w.micro_batch, w.seq, w.model.vocab, model.microbatches,
-                               w.iterations, record=record_data)
+                               w.iterations, record=record_data,
+                               pcie_port=copy_ports(model, pcie, streams))
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
-                        chained=uses_chaining(scen), data=data)
+                        chained=uses_chaining(scen), data=data, overlap=scen.overlap,
+                        streams=streams)
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block
@@ -136,6 +134,85 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     executor.finish(env.now)
     check_power_samples(scen, env.now)
     return env, fabric, executor, injector.table_rows()
+
+
+def _h2d_bytes_per_s(scen: Scenario) -> float:
+    """Rate of one host-to-device copy stream (0 without a data path), B/s."""
+    d = scen.data
+    if not d.enabled or d.host is None:
+        return 0.0
+    if d.pcie_switch is not None:
+        from devices.pcie import load_pcie_spec
+
+        return load_pcie_spec(d.pcie_switch).port_gbps * 1e9
+    return (d.pcie_gbps or d.host.pcie_h2d_gbps) * 1e9
+
+
+def device_streams(scen: Scenario, model: Model, env, accelerators: list[Accelerator],
+                   rngs: RngStreams) -> tuple[list | None, object]:
+    """The device agents of every class (``devices.interference``) and the PCIe fabric of the
+    data path (``devices.pcie``), or ``(None, None)`` when nothing is shared (roofline memory,
+    no SM contention): then nothing changes from the plain roofline."""
+    cl, mem = scen.cluster, scen.memory
+    h2d = _h2d_bytes_per_s(scen)
+    bound = "bandwidth" if mem.bound == "auto" else None
+    memory = build_memory_model(mem, cl.device, cl.link, cl.links_per_edge, rngs.get("memory"),
+                                h2d_bytes_per_s=h2d, bound=bound)
+    if memory is None and not scen.overlap.sm_contention:
+        return None, None
+    from devices.interference import DeviceStreams, sm_shares
+
+    latency = None
+    if memory is not None and mem.bound == "auto":
+        latency = build_memory_model(mem, cl.device, cl.link, cl.links_per_edge,
+                                     rngs.get("memory/latency"), h2d_bytes_per_s=h2d,
+                                     bound="latency")
+    pcie = None
+    if scen.data.enabled:
+        from devices.pcie import PcieFabric, PcieSpec, load_pcie_spec
+
+        d = scen.data
+        spec = (load_pcie_spec(d.pcie_switch) if d.pcie_switch is not None
+                else PcieSpec(gpus_per_switch=1, port_gbps=h2d / 1e9, uplink_gbps=h2d / 1e9))
+        pcie = PcieFabric(env, spec, d.node_gpus(cl.topology.kind, cl.topology.shape))
+    lay = model.layout
+    nic = pcie is not None and cl.nic_link is not None  # network streams leave by the NIC
+    shares = sm_shares() if cl.device.compute_units else None
+    out = []
+    for c, acc in enumerate(accelerators):
+        devs = [int(lay.device[r]) for r in lay.classes[c]]
+        on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
+        # one agent for many ranks: its TP group meets after every block (slowest draw)
+        group = scen.workload.parallelism.tp if model.symmetric and acc.n > 1 else 1
+        agent = DeviceStreams(env, acc.n, cl.device.compute_units, shares, memory, latency,
+                              mem.latency_below_mb * 1e6, rngs.get(f"memory/class/{c}"),
+                              on_net, group=min(group, acc.n))
+        acc.streams = agent
+        acc.memory = memory  # its memory_* report (the agent draws)
+        out.append(agent)
+    return out, pcie
+
+
+def copy_ports(model: Model, pcie, streams: list | None):
+    """``pcie_port(rank)`` for the data path: a copy port on the rank's PCIe switch that
+    starts and ends an ``h2d`` stream on its class's device agent (None: the data path's own
+    ports, nothing shared)."""
+    if pcie is None or streams is None:
+        return None
+    lay = model.layout
+
+    def port(rank: int):
+        agent = streams[int(lay.rank_class[rank])]
+
+        def on_copy(delta: int) -> None:
+            if delta > 0:
+                agent.start("h2d")
+            else:
+                agent.end("h2d")
+
+        return pcie.port(int(lay.device[rank]), on_copy)
+
+    return port
 
 
 def iteration_times(ex: Executor) -> tuple[float, ...]:

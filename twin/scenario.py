@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, PrivateAttr, ValidationError
 
 from devices.host import HostSpec
-from devices.memory import DmaSpec, MemorySpec, OpSpec, ServiceSpec
+from devices.memory_spec import DmaSpec, MemorySpec, OpSpec, ServiceSpec
 from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec
 from scenarios.faults import FaultSpec
@@ -38,6 +38,7 @@ from twin.kernel.schema import (
 )
 from workloads.data import DataSpec
 from workloads.job import JobSpec
+from workloads.overlap import OverlapSpec
 from workloads.spec import ModelSpec, ParallelismSpec, ShardingSpec, WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults",
@@ -158,6 +159,7 @@ class Scenario(StrictModel):
     simulation: SimulationSpec = SimulationSpec()
     power: PowerSpec = PowerSpec()
     memory: MemorySpec = MemorySpec()
+    overlap: OverlapSpec = OverlapSpec()
     data: DataSpec = DataSpec()
     faults: list[FaultSpec] = []
     job: JobSpec = JobSpec()
@@ -174,13 +176,15 @@ class Scenario(StrictModel):
     def symmetric(self) -> bool:
         """Symmetry is used unless disabled, or something random or faulty tells ranks apart
         (faults that stop or checkpoint the whole job alike do not; a memory contention model
-        draws every block's slowdown at random; an inlet gradient gives positions their own
+        draws every block's slowdown at random, per device unless
+        ``memory.per_device_draws`` is false; an inlet gradient gives positions their own
         air)."""
         from scenarios.faults import breaks_symmetry
 
         sim = self.simulation
         return (sim.symmetry and not sim.exact and sim.compute_jitter_cov == 0
-                and not breaks_symmetry(self.faults) and self.memory.model == "roofline"
+                and not breaks_symmetry(self.faults)
+                and (self.memory.model == "roofline" or not self.memory.per_device_draws)
                 and self.power.thermal.inlet_gradient_k == 0)
 
     @property
@@ -224,6 +228,7 @@ def _known_fields() -> dict[str, list[str]]:
         "memory.service": field_names(ServiceSpec),
         "memory.op": field_names(OpSpec),
         "memory.dma": field_names(DmaSpec),
+        "overlap": field_names(OverlapSpec),
         "data": field_names(DataSpec),
         "data.host": field_names(HostSpec),
         "trace": field_names(TraceSpec),

@@ -205,10 +205,27 @@ def _sharding_keys(model: Model, per_device, n_dev: int) -> dict[str, Any]:
 def _memory_keys(ex) -> dict[str, Any]:
     """HBM contention keys (``devices.memory``): mean/max slowdown of the blocks' memory
     time, and the heavy-tail / stability flags with twin.kernel.queueing's warnings."""
+    from devices.interference import no_streams_report, streams_report
     from devices.memory import roofline_report
 
     mem = getattr(ex.accelerators[0], "memory", None) if ex.accelerators else None
-    return roofline_report() if mem is None else mem.report()
+    out = roofline_report() if mem is None else mem.report()
+    streams = getattr(ex, "streams", None)
+    if streams:
+        out |= streams_report(streams)
+        lat = streams[0].latency
+        if lat is not None:  # memory.bound auto: the latency-bound kernels' draws
+            rep = lat.report()
+            out["memory_latency"] = {k.removeprefix("memory_"): v for k, v in rep.items()
+                                     if k not in ("memory_model", "memory_bound")}
+            out["memory_variance_infinite"] |= rep["memory_variance_infinite"]
+            out["memory_converged"] &= rep["memory_converged"]
+            out["memory_unstable"] |= rep["memory_unstable"]
+            out["memory_warnings"] = out["memory_warnings"] + [
+                f"latency-bound kernels: {w}" for w in rep["memory_warnings"]]
+    else:
+        out |= no_streams_report()
+    return out
 
 
 def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: float,

@@ -106,6 +106,10 @@ class DataSpec(StrictModel):
         description="bytes read from storage per token (default: the smallest integer type "
                     "holding the vocabulary, 2 or 4, as Megatron's indexed datasets store "
                     "token ids)")
+    pcie_switch: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.\-]+$", max_length=200,
+        description="PCIe switch the GPUs, NICs and host copies share (catalog "
+                    "devices/catalog/pcie, e.g. dgx-h100); default: a port of its own per GPU")
     h2d_bytes_per_token: PositiveFloat = Field(
         default=16.0, le=1e9, description="bytes copied to the GPU per token (int64 input ids and "
                                   "labels, as torchtitan copies them)")
@@ -116,6 +120,12 @@ class DataSpec(StrictModel):
             return [Problem(f"{prefix}.host", "required when data.enabled is true", None,
                             "a host catalog name (twin catalog hosts), {base: NAME, key: "
                             "value}, or an inline spec")]
+        if self.pcie_switch is not None:
+            from devices.pcie import pcie_catalog
+
+            if self.pcie_switch not in pcie_catalog():
+                return [Problem(f"{prefix}.pcie_switch", "unknown PCIe switch",
+                                self.pcie_switch, ", ".join(pcie_catalog().names()))]
         return []
 
     @property
@@ -389,7 +399,8 @@ class DataPath:
 
 def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kind: str,
                     shape, micro_batch: int, seq: int, vocab: int, microbatches: int,
-                    iterations: int, record: bool = False) -> DataPath:
+                    iterations: int, record: bool = False,
+                    pcie_port: Callable[[int], Any] | None = None) -> DataPath:
     """The run's data path (``spec.enabled`` must be true).
 
     Args:
@@ -398,6 +409,8 @@ def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kin
         micro_batch, seq, vocab: microbatch size (sequences), tokens per sequence, vocabulary.
         microbatches, iterations: microbatches per iteration and rank, iterations.
         record: keep the rows of the trace table ``data``.
+        pcie_port: ``pcie_port(rank)`` -> the rank's host-to-device port (see
+            :class:`DataPath`), e.g. a ``devices.pcie.CopyPort``.
     """
     host = spec.host
     assert host is not None, "validated: the host is given when enabled"
@@ -410,5 +423,6 @@ def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kin
     path = DataPath(env, plans, LoadCost.of(spec, micro_batch, seq, vocab),
                     storage_bps=storage, pcie_bps=pcie, workers=spec.workers,
                     cpu_cores=host.cpu_cores, depth=spec.depth, microbatches=microbatches,
-                    iterations=iterations, record=record, gpus_per_node=g)
+                    iterations=iterations, record=record, gpus_per_node=g,
+                    pcie_port=pcie_port)
     return path

@@ -12,6 +12,14 @@ Collectives rendezvous: a collective starts when every class holding a member of
 participating groups has reached it, then runs the algorithm's phases on the fabric for all
 those groups at once.
 
+Overlaps (``workloads.overlap``, the ``overlap`` section) choose which of these streams run
+beside compute: chunked tensor-parallel communication (``tp_comm``: a fused instruction
+pipelines a block's chunks with its TP collective's chunks on a TP stream), data-parallel
+buckets (``dp_buckets``, ``dp_streams``) and pipeline sends (``pipeline``). Every
+communication stream is started and ended on the device agents of the classes it touches
+(``devices.interference.DeviceStreams``): their HBM controller and SMs see what runs beside
+each compute block.
+
 Job control (``workloads.job``): after an iteration that a checkpoint follows, every class
 joins the checkpoint barrier. :meth:`Executor.abort` stops the job at once (every process of the
 current *epoch* is interrupted and its traffic withdrawn; an agent in the middle of a compute
@@ -22,7 +30,7 @@ finished every iteration.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,6 +41,7 @@ from devices.accelerator import Accelerator
 from devices.fabric import Fabric
 from twin.kernel.records import Recorder
 from workloads import collectives, nccl
+from workloads.overlap import OverlapSpec, chunk_block
 from workloads.parallel import Layout
 from workloads.schedules import (
     COMPUTE,
@@ -47,6 +56,8 @@ from workloads.schedules import (
     TP,
 )
 from workloads.transformer import Block
+
+TPO = 100  # fused (TP before, COMPUTE, TP after) instruction of tensor-parallel overlap
 
 
 @dataclass
@@ -82,13 +93,18 @@ class Executor:
             processes (faster; only for runs that nothing can abort or cut off).
         data: the data path (``workloads.data.DataPath``) that ``DATA`` instructions take
             their input from, or None.
+        overlap: which streams overlap compute (``workloads.overlap.OverlapSpec``; default:
+            today's).
+        streams: one device agent per rank class (``devices.interference.DeviceStreams``)
+            that communication streams are started and ended on, or None.
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
                  programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
                  job=None, before_block: Callable[[int], None] | None = None,
-                 chained: bool = False, data=None):
+                 chained: bool = False, data=None, overlap: OverlapSpec | None = None,
+                 streams: list | None = None):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -108,6 +124,12 @@ class Executor:
         self.before_block = before_block
         self.chained = chained
         self.data = data
+        self.overlap = ov = overlap if overlap is not None else OverlapSpec()
+        self.streams = streams
+        self._chunks: dict[tuple[int, str], Block] = {}
+        self._fifos: dict[tuple[int, int], _Fifo] = {}
+        if ov.tp_comm and layout.tp > 1:
+            self.programs = {s: fuse_tp(p) for s, p in programs.items()}
         self.done = env.event()
         self.epoch = 0
         self._live: set[simpy.Process] = set()
@@ -129,8 +151,11 @@ class Executor:
         blocks = self.blocks[stage]
         rec = self.recorder
         busy, hook, job = self._busy, self.before_block, self.job
+        ov = self.overlap
+        dp_tails: list[simpy.Event | None] = [None] * ov.dp_streams
         for it in range(start, self.iterations):
-            dp_tail: simpy.Event | None = None
+            dp_tails[:] = [None] * ov.dp_streams
+            serial: list[tuple[int, float]] = []  # buckets of dp_buckets: false
             sh_tail: simpy.Event | None = None   # sharding stream (all-gather, reduce-scatter)
             rep_tail: simpy.Event | None = None  # hybrid sharding: all-reduce across groups
             gathers: dict = {}
@@ -146,13 +171,23 @@ class Executor:
                         return  # the job was aborted during the block
                     continue
                 t0 = env.now
-                if op == TP:
+                if op == TPO:
+                    yield from self._tp_overlapped(cls, it, ins, blocks, epoch)
+                    if self.epoch != epoch:
+                        return
+                elif op == TP:
                     yield from self._blocked(cls, "tp", self._collective("tp", cls, ins[1],
                                                                           ins[2]))
                     st.tp_s += env.now - t0
                     rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
                 elif op == SEND:
-                    if self.chained:
+                    if not ov.pipeline:  # the sender waits for delivery
+                        yield from self._blocked(cls, "recv", self._spawn(
+                            self._send(cls, ins[1], (it, *ins[2]), ins[3])))
+                        st.recv_s += env.now - t0
+                        rec.op(cls, it, "compute", "send_wait", ins[2][0], ins[2][1],
+                               ins[2][2], -1, t0, env.now, 0.0)
+                    elif self.chained:
                         self._send_chained(cls, ins[1], (it, *ins[2]), ins[3])
                     else:
                         self._spawn(self._send(cls, ins[1], (it, *ins[2]), ins[3]))
@@ -169,8 +204,12 @@ class Executor:
                         rec.op(cls, it, "compute", "recv", ins[2][0], ins[2][1], ins[2][2], -1,
                                t0, env.now, 0.0)
                 elif op == DP_START:
-                    dp_tail = self._spawn(self._stream_job(cls, it, dp_tail, "dp", "allreduce",
-                                                           ins[2], ins[1]))
+                    if not ov.dp_buckets:
+                        serial.append((ins[1], ins[2]))
+                        continue
+                    j = ins[1] % ov.dp_streams
+                    dp_tails[j] = self._spawn(self._stream_job(cls, it, dp_tails[j], "dp",
+                                                               "allreduce", ins[2], ins[1]))
                 elif op == SH_GATHER:
                     sh_tail = gathers[ins[1]] = self._spawn(self._stream_job(
                         cls, it, sh_tail, "shard", "allgather", ins[2], ins[1]))
@@ -189,7 +228,15 @@ class Executor:
                         rec.op(cls, it, "compute", "shard_wait", "allgather", ins[1], -1, -1,
                                t0, env.now, 0.0)
                 elif op == DP_WAIT:
-                    tails = [e for e in (dp_tail, sh_tail, rep_tail)
+                    for bucket, nbytes in serial:  # no overlap: one after the other, waiting
+                        t1 = env.now
+                        yield from self._blocked(cls, "dp_wait", self._collective(
+                            "dp", cls, "allreduce", nbytes))
+                        st.comm_stream_s += env.now - t1
+                        rec.op(cls, it, "comm", "dp", "allreduce", bucket, -1, -1, t1,
+                               env.now, 0.0)
+                    serial.clear()
+                    tails = [e for e in (*dp_tails, sh_tail, rep_tail)
                              if e is not None and not e.triggered]
                     if tails:
                         yield from self._blocked(cls, "dp_wait", tails[0] if len(tails) == 1
@@ -336,22 +383,22 @@ class Executor:
         phases, dst_classes = self._p2p_plan(cls, direction, nbytes)
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
         ends = (cls, *dst_classes)  # DMA at both ends contends with compute (devices.memory)
-        self._in_flight(ends, 1)
+        self._in_flight(ends, 1, "p2p")
         try:
             for phase in phases:
                 yield from self.fabric.run_phase(phase, name, cls)
         finally:
-            self._in_flight(ends, -1)
+            self._in_flight(ends, -1, "p2p")
         self._deliver(dst_classes, tag)
 
     def _send_chained(self, cls: int, direction: int, tag: tuple, nbytes: float) -> None:
         """:meth:`_send` without a process (runs that nothing can abort)."""
         phases, dst_classes = self._p2p_plan(cls, direction, nbytes)
         ends = (cls, *dst_classes)
-        self._in_flight(ends, 1)
+        self._in_flight(ends, 1, "p2p")
 
         def arrived(_e: object) -> None:
-            self._in_flight(ends, -1)
+            self._in_flight(ends, -1, "p2p")
             self._deliver(dst_classes, tag)
 
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
@@ -411,15 +458,153 @@ class Executor:
                         nbytes: float, owner: int):
         phases = self._phases(kind, parts, gids, algo, nbytes)
         ends = () if kind == "tp" else parts  # TP collectives block the compute stream
-        self._in_flight(ends, 1)
+        self._in_flight(ends, 1, kind)
         try:
             for phase in phases:
                 yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
         finally:
-            self._in_flight(ends, -1)
+            self._in_flight(ends, -1, kind)
 
-    def _in_flight(self, classes, delta: int) -> None:
+    def _in_flight(self, classes, delta: int, kind: str = "dp") -> None:
         """Count communication transfers in flight per class: their DMA contends with the
-        class's compute kernels at HBM (``devices.memory``)."""
+        class's compute kernels at HBM (``devices.memory``); start (``delta`` > 0) or end a
+        stream of ``kind`` on the class's device agent (``devices.interference``)."""
+        streams = self.streams
         for c in classes:
             self.accelerators[c].transfers += delta
+            if streams is not None:
+                if delta > 0:
+                    streams[c].start(kind)
+                else:
+                    streams[c].end(kind)
+
+    # ----------------------------------------------------------------- TP overlap
+    def _tp_overlapped(self, cls: int, it: int, ins: tuple, blocks: dict[str, Block],
+                       epoch: int):
+        """Process body of a fused TP instruction (``workloads.overlap``): the block in
+        ``tp_chunks`` chunks pipelined with its collectives' chunks on the TP stream."""
+        _op, name, mb, chunk, layer, before, after = ins
+        acc = self.accelerators[cls]
+        n = self.overlap.tp_chunks
+        stage = int(self.layout.class_stage[cls])
+        part = self._chunks.get((stage, name))
+        if part is None:
+            part = self._chunks[(stage, name)] = chunk_block(blocks[name], n)
+        fifo = self._tp_fifo(cls)
+        gathers = ([fifo.submit(self._tp_chunk, cls, it, before[0], before[1] / n, i)
+                    for i in range(n)] if before else [])
+        reduces: list[simpy.Event] = []
+        for i in range(n):
+            if gathers:
+                yield from self._tp_wait(cls, it, gathers[i], before[0])
+                if self.epoch != epoch:
+                    return
+            if self.before_block is not None:
+                self.before_block(cls)
+            self._busy[cls] = True
+            yield from acc.compute(part, it, mb, chunk, layer)
+            self._busy[cls] = False
+            if self.epoch != epoch:
+                return
+            if after:
+                reduces.append(fifo.submit(self._tp_chunk, cls, it, after[0], after[1] / n, i))
+        if reduces:
+            yield from self._tp_wait(cls, it, reduces[-1], after[0])
+
+    def _tp_wait(self, cls: int, it: int, ev: simpy.Event, algo: str):
+        """The compute stream waits for a TP chunk (exposed TP communication)."""
+        if ev.triggered:
+            return
+        t0 = self.env.now
+        yield from self._blocked(cls, "tp", ev)
+        self.stats[cls].tp_s += self.env.now - t0
+        self.recorder.op(cls, it, "compute", "tp", algo, -1, -1, -1, t0, self.env.now, 0.0)
+
+    def _tp_fifo(self, cls: int) -> _Fifo:
+        key = (self.epoch, cls)
+        f = self._fifos.get(key)
+        if f is None:
+            epoch = self.epoch
+            f = self._fifos[key] = _Fifo(self.env, lambda: self.epoch == epoch)
+        return f
+
+    def _tp_chunk(self, cls: int, it: int, algo: str, nbytes: float, i: int) -> simpy.Event:
+        """Start one TP collective chunk now (a stream on the class's devices)."""
+        t0 = self.env.now
+        self._in_flight((cls,), 1, "tp")
+        ev = self._collective("tp", cls, algo, nbytes)
+
+        def finished(_e: object) -> None:
+            self._in_flight((cls,), -1, "tp")
+            self.recorder.op(cls, it, "comm", "tp", algo, i, -1, -1, t0, self.env.now, 0.0)
+
+        ev.callbacks.append(finished)
+        return ev
+
+
+class _Fifo:
+    """A communication stream: jobs start one after the other in submission order. A job's
+    ``done`` event fires after the next job has started, so a compute block that resumes on
+    it already sees the next chunk's stream."""
+
+    def __init__(self, env: simpy.Environment, alive: Callable[[], bool]):
+        self.env = env
+        self.alive = alive
+        self.queue: deque = deque()
+        self.busy = False
+
+    def submit(self, start: Callable[..., simpy.Event], *args) -> simpy.Event:
+        """Queue ``start(*args)`` (which starts the job and returns its completion event)."""
+        done = self.env.event()
+        self.queue.append((start, args, done))
+        if not self.busy:
+            self._next()
+        return done
+
+    def _next(self) -> None:
+        if not self.queue or not self.alive():
+            self.busy = False
+            return
+        self.busy = True
+        start, args, done = self.queue.popleft()
+        ev = start(*args)
+
+        def finished(_e: object) -> None:
+            self._next()
+            if self.alive():
+                done.succeed()
+
+        if ev.callbacks is None:
+            finished(ev)
+        else:
+            ev.callbacks.append(finished)
+
+
+def fuse_tp(prog: list[tuple]) -> list[tuple]:
+    """``prog`` with every ``(TP allgather) (COMPUTE) (TP reduce_scatter | allreduce)`` run
+    (either TP side may be missing) fused into one ``(TPO, block, mb, chunk, layer, before,
+    after)`` instruction; ``before`` / ``after`` are ``(algo, nbytes)`` or None. TP
+    collectives not adjacent to a compute block (full recomputation's) stay blocking."""
+    out: list[tuple] = []
+    i = 0
+    while i < len(prog):
+        ins = prog[i]
+        if ins[0] != COMPUTE or ins[1] == "optimizer":
+            out.append(ins)
+            i += 1
+            continue
+        before = None
+        if out and out[-1][0] == TP and out[-1][1] == "allgather":
+            before = (out[-1][1], out[-1][2])
+            out.pop()
+        after = None
+        nxt = prog[i + 1] if i + 1 < len(prog) else None
+        if nxt is not None and nxt[0] == TP and nxt[1] in ("reduce_scatter", "allreduce"):
+            after = (nxt[1], nxt[2])
+            i += 1
+        if before is None and after is None:
+            out.append(ins)
+        else:
+            out.append((TPO, ins[1], ins[2], ins[3], ins[4], before, after))
+        i += 1
+    return out

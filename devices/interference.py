@@ -1,0 +1,314 @@
+"""Shared resources of a device that every stream goes through at run time: HBM and SMs.
+
+A device runs several *streams* at once (``workloads.executor`` starts and ends them): the
+compute stream's blocks, and beside them tensor-parallel communication chunks (``tp``),
+data-parallel gradient buckets (``dp``), sharding all-gathers / reduce-scatters (``shard``,
+``replica``), pipeline sends and receives (``p2p``) and host-to-device copies of the next
+batch (``h2d``, ``devices.pcie``). :class:`DeviceStreams` is the agent of one rank class's
+devices: it counts the streams running *now* and, when a compute block starts, turns that mix
+into the block's cost:
+
+HBM controller
+    Every communication stream reads and writes HBM (its DMA rate, ``devices.memory``), a copy
+    writes it at its PCIe rate. The block's memory time is multiplied by the slowdown the
+    run's controller model (``memory.model``: ``frfcfs`` or ``queue``) gives for the block's
+    request count next to the current mix ``(network streams, copy streams)``. Mixes repeat,
+    so each (request class, mix) is simulated once (``memory.batches`` batches, cached) and a
+    block draws one of them; what it draws is for the streams actually running beside it.
+    With ``memory.bound: auto`` the block is split by kernel: GEMMs of at least
+    ``memory.latency_below_mb`` are bandwidth-bound (span view, cached tables: they see the
+    controller's throughput), the rest (norms, element-wise, optimizer, small GEMMs) are
+    latency-bound and see the sojourn-time tail: under the ``queue`` model each block draws a
+    fresh batch of its own (:meth:`devices.memory.QueueContention.fresh_latency`), so a Pareto
+    service tail reaches every such block, alone or not.
+
+SMs
+    A collective kernel runs on SMs: NCCL one CTA per channel (``collective_ctas``),
+    Transformer Engine's overlap kernels ``tp_overlap_ctas``, copies none (copy engines;
+    catalog ``devices/catalog/interference``). With ``u`` SMs taken of ``U``, a block's math
+    time is multiplied by ``U / (U - u)`` (at least one SM is left to compute).
+
+The mix is read when a block starts and holds for the whole block (a stream that starts
+mid-block is seen by the next block). ``hbm_max_streams`` counts the compute stream with the
+others: the most streams the controller served at once during a block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twin.kernel.catalog import Catalog
+
+#: Stream kinds and which of them are network DMA (the rest: host copies).
+STREAM_KINDS = ("tp", "dp", "shard", "replica", "p2p", "h2d")
+NETWORK_KINDS = ("tp", "dp", "shard", "replica", "p2p")
+CATALOG_DIR = Path(__file__).parent / "catalog" / "interference"
+_LOG_STEP = 0.002  # latency slowdowns are rounded to a 0.2% log grid (bounded cost cache)
+_KEEP = 64         # blocks kept per mix for inspection (tests, reports)
+
+
+@dataclass(frozen=True)
+class SmShares:
+    """SMs one kernel of each stream kind occupies (catalog ``interference/nccl``)."""
+
+    collective_ctas: int
+    tp_overlap_ctas: int
+    copy_ctas: int
+
+    def of(self, kind: str) -> int:
+        """SMs of one stream of ``kind``."""
+        if kind == "h2d":
+            return self.copy_ctas
+        return self.tp_overlap_ctas if kind == "tp" else self.collective_ctas
+
+
+@cache
+def sm_shares(name: str = "nccl") -> SmShares:
+    """The SM shares of catalog entry ``name``."""
+    v = Catalog("interference", CATALOG_DIR).get(name).values
+    return SmShares(int(v["collective_ctas"]), int(v["tp_overlap_ctas"]), int(v["copy_ctas"]))
+
+
+@dataclass(frozen=True)
+class BlockRecord:
+    """One contended block as executed (for inspection).
+
+    Attributes:
+        name: block name.
+        mix: ``(network streams, copy streams)`` beside it.
+        n_requests: the request class its bandwidth-bound part was simulated with.
+        slowdown: HBM factor applied to its bandwidth-bound memory time.
+        sm_factor: factor applied to its math time.
+        t: start time (s).
+    """
+
+    name: str
+    mix: tuple[int, int]
+    n_requests: int
+    slowdown: float
+    sm_factor: float
+    t: float
+
+
+class DeviceStreams:
+    """The streams on one rank class's devices and the resources they share (module docstring).
+
+    Args:
+        env: SimPy environment (for times).
+        n_devices: devices the class stands for (weights of the statistics).
+        units: SMs of the device (``cluster.device.compute_units``; None: no SM sharing).
+        shares: SMs per stream kind, or None for no SM contention.
+        memory: the HBM controller model (``devices.memory.MemoryContention``, bandwidth
+            view), or None (roofline memory).
+        latency: ``memory.bound: auto``: the latency-view model (a ``QueueContention`` draws
+            fresh batches, an ``FrfcfsContention`` its latency tables), else None.
+        latency_below_bytes: ``memory.bound: auto`` GEMM threshold, bytes.
+        rng: the class's generator for the draws.
+        on_network: called with +1 / -1 when a network stream starts / ends (the PCIe
+            switches count NIC flows), or None.
+        group: devices that meet after every block (a tensor-parallel group) when one agent
+            stands for many (rank symmetry with ``memory.per_device_draws: false``): a block
+            draws once per member and takes the slowest, as the group's TP collective waits
+            for it (1: one draw).
+    """
+
+    def __init__(self, env, n_devices: int, units: int | None, shares: SmShares | None,
+                 memory=None, latency=None, latency_below_bytes: float = 1e6,
+                 rng: np.random.Generator | None = None, on_network=None, group: int = 1):
+        self.env = env
+        self.n = n_devices
+        self.units = units
+        self.shares = shares if units else None
+        self.memory = memory
+        self.latency = latency
+        self.latency_below = float(latency_below_bytes)
+        self.rng = rng
+        self.on_network = on_network
+        self.group = max(int(group), 1)
+        self.active: Counter[str] = Counter()
+        self._net = 0
+        self._h2d = 0
+        self._sm = 0
+        self.max_streams = 1 if memory is not None else 0
+        self.max_sm_used = 0
+        self._split: dict[int, tuple[Any, Any]] = {}
+        self._costs: dict[tuple, Any] = {}
+        self._w = 0.0      # uncontended seconds of blocks (weights)
+        self._w_hbm = 0.0  # sum of weight x HBM factor
+        self._w_dur = 0.0  # contended seconds of blocks
+        self.records: dict[tuple[int, int], list[BlockRecord]] = {}
+
+    # ------------------------------------------------------------------ streams
+    def start(self, kind: str) -> None:
+        """A stream of ``kind`` starts on the devices."""
+        self.active[kind] += 1
+        if kind == "h2d":
+            self._h2d += 1
+        else:
+            self._net += 1
+            if self.on_network is not None and kind != "tp":
+                self.on_network(1)
+        if self.shares is not None:
+            self._sm += self.shares.of(kind)
+
+    def end(self, kind: str) -> None:
+        """A stream of ``kind`` ends."""
+        self.active[kind] -= 1
+        if kind == "h2d":
+            self._h2d -= 1
+        else:
+            self._net -= 1
+            if self.on_network is not None and kind != "tp":
+                self.on_network(-1)
+        if self.shares is not None:
+            self._sm -= self.shares.of(kind)
+
+    @property
+    def mix(self) -> tuple[int, int]:
+        """``(network streams, copy streams)`` running now."""
+        return self._net, self._h2d
+
+    def sm_factor(self) -> float:
+        """Factor on math time from the SMs the running collectives take."""
+        if self.shares is None or self._sm <= 0:
+            return 1.0
+        used = min(self._sm, self.units - 1)
+        self.max_sm_used = max(self.max_sm_used, used)
+        return self.units / (self.units - used)
+
+    # ------------------------------------------------------------------ blocks
+    def _parts(self, block) -> tuple[Any, Any]:
+        """(bandwidth-bound part, latency-bound part) of a block for ``bound: auto``."""
+        hit = self._split.get(id(block))
+        if hit is None:
+            from devices.memory import latency_bound
+
+            lat = tuple(k for k in block.kernels if latency_bound(k, self.latency_below))
+            bw = tuple(k for k in block.kernels if not latency_bound(k, self.latency_below))
+            mk = type(block)
+            hit = self._split[id(block)] = (mk(block.name, bw) if bw else None,
+                                            mk(block.name, lat) if lat else None)
+        return hit
+
+    def block_cost(self, acc, block, ps: int) -> tuple:
+        """``(duration, gemm_flops, dynamic energy, memory energy, block)`` of ``block`` on the
+        accelerator agent ``acc`` at P-state ``ps`` next to the streams running now."""
+        model, dev = acc.model, acc.dev
+        math_s = dev.math_scale[ps] * self.sm_factor()
+        ms = acc.mem_scale
+        mem = self.memory
+        mix = self.mix
+        s_bw = 1.0
+        if mem is None:
+            parts = [(block, 1.0)]
+            n_req = 0
+        elif self.latency is None:
+            mix = mem.clip(mix, self.n)
+            s_bw = self._draw(mem, block, mix)
+            parts = [(block, s_bw)]
+            n_req = mem._bucket.get(id(block), 0)
+        else:
+            bw, lat = self._parts(block)
+            mix = mem.clip(mix, self.n)
+            parts = []
+            n_req = 0
+            if bw is not None:
+                s_bw = self._draw(mem, bw, mix)
+                n_req = mem._bucket.get(id(bw), 0)
+                parts.append((bw, s_bw))
+            if lat is not None:
+                parts.append((lat, self._latency_draw(lat, mix)))
+        dur = flops = e_dyn = e_mem = 0.0
+        base = hbm = 0.0
+        for part, f in parts:
+            m = ms * f
+            key = (id(part), math_s, m, dev.math_scale[ps], ms)
+            hit = self._costs.get(key)
+            if hit is None:
+                c = model.block_cost(part, math_s, m)
+                hit = self._costs[key] = (c.duration_s, c.gemm_flops, c.compute_j, c.memory_j,
+                                          model.block_cost(part, dev.math_scale[ps],
+                                                           ms).duration_s)
+            dur += hit[0]
+            flops += hit[1]
+            e_dyn += hit[2]
+            e_mem += hit[3]
+            base += hit[4]
+            hbm += hit[4] * f
+        if mem is not None or self.shares is not None:
+            self._account(block, mix, n_req, s_bw, math_s / dev.math_scale[ps], base, hbm, dur)
+        return dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, block
+
+    def _draw(self, model, part, mix: tuple[int, int]) -> float:
+        """HBM factor of a part from the model's cached tables: the slowest of ``group``
+        draws."""
+        g = self.group
+        if g == 1:
+            return model.draw_block(part, mix, self.rng, self.n)
+        return max(model.draw_block(part, mix, self.rng, self.n / g) for _ in range(g))
+
+    def _latency_draw(self, lat, mix: tuple[int, int]) -> float:
+        """HBM factor of a latency-bound part (fresh queue batches, or a latency table); the
+        slowest of ``group`` draws."""
+        model = self.latency
+        if not hasattr(model, "fresh_latency"):
+            return self._draw(model, lat, mix)
+        n = model.requests_for(lat.bytes)
+        worst = 0.0
+        for _ in range(self.group):
+            s = model.fresh_latency(n, mix, self.rng)
+            s = math.exp(round(math.log(max(s, 1e-12)) / _LOG_STEP) * _LOG_STEP)
+            model.record(mix, s, self.n / self.group)
+            worst = max(worst, s)
+        return worst
+
+    def _account(self, block, mix, n_req: int, s_bw: float, sm: float, base: float,
+                 hbm: float, dur: float) -> None:
+        streams = 1 + mix[0] + mix[1]
+        if self.memory is not None and streams > self.max_streams:
+            self.max_streams = streams
+        w = base * self.n
+        self._w += w
+        self._w_hbm += hbm * self.n
+        self._w_dur += dur * self.n
+        if sum(mix) > 0:
+            rec = self.records.setdefault(mix, [])
+            if len(rec) < _KEEP:
+                rec.append(BlockRecord(block.name, mix, int(n_req), float(s_bw), float(sm),
+                                       float(self.env.now)))
+
+    # ------------------------------------------------------------------ report
+    def totals(self) -> tuple[float, float, float]:
+        """(uncontended block seconds, HBM-factor-weighted seconds, contended seconds), all
+        x devices."""
+        return self._w, self._w_hbm, self._w_dur
+
+
+def streams_report(agents: list[DeviceStreams]) -> dict[str, Any]:
+    """Summary keys of the device agents: ``hbm_max_streams`` (the most streams, compute
+    included, the HBM controller served during one block; 0 without a controller model),
+    ``hbm_slowdown_mean`` (time-weighted mean HBM factor on the compute blocks' memory time,
+    bandwidth- and latency-bound parts alike; weights: their uncontended durations),
+    ``contention_slowdown_mean`` (compute time with contention over compute time without, HBM
+    and SMs together) and
+    ``sm_max_used`` (most SMs collectives took at once)."""
+    w = sum(a.totals()[0] for a in agents)
+    return {
+        "hbm_max_streams": max((a.max_streams for a in agents), default=0),
+        "hbm_slowdown_mean": sum(a.totals()[1] for a in agents) / w if w > 0 else 1.0,
+        "contention_slowdown_mean": sum(a.totals()[2] for a in agents) / w if w > 0 else 1.0,
+        "sm_max_used": max((a.max_sm_used for a in agents), default=0),
+    }
+
+
+def no_streams_report() -> dict[str, Any]:
+    """:func:`streams_report` of a run without device agents (roofline, nothing shared)."""
+    return {"hbm_max_streams": 0, "hbm_slowdown_mean": 1.0, "contention_slowdown_mean": 1.0,
+            "sm_max_used": 0}

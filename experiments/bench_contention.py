@@ -1,0 +1,91 @@
+"""Contention model cost: one GPT-3 175B iteration on 64 devices, roofline vs shared HBM/SMs.
+
+The scenario of ``experiments.bench_e2e`` at 64 devices (TP 8 x PP 8, 32 microbatches), run
+with ``memory.model: roofline`` and with the contention model of issue 12 (device agents on
+every class: FR-FCFS or queue controller at the running mix, collectives taking SMs), with and
+without chunked TP overlap; each contended variant is compared with the roofline run of the
+same timeline. ``per_device_draws: false`` keeps rank symmetry (one agent per class draws);
+the per-device variant (symmetry off, 64 agents) is shown for what independent draws cost.
+Each variant runs in a fresh subprocess; target: contention wall <= 3x roofline wall.
+``python -m experiments.bench_contention --variant frfcfs`` prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import pandas as pd
+
+VARIANTS = {
+    "roofline": {},
+    "frfcfs": {"memory": {"model": "frfcfs", "per_device_draws": False}},
+    "frfcfs-per-device": {"memory": {"model": "frfcfs"}},
+    "roofline+tp-overlap": {"overlap": {"tp_comm": True}},
+    "frfcfs+tp-overlap": {"memory": {"model": "frfcfs", "per_device_draws": False},
+                          "overlap": {"tp_comm": True}},
+    "queue-auto+tp-overlap": {"memory": {"model": "queue", "bound": "auto",
+                                         "per_device_draws": False,
+                                         "service": {"dist": "pareto", "alpha": 1.8}},
+                              "overlap": {"tp_comm": True}},
+}
+#: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
+#: block, takes minutes: ``--variant queue-auto+tp-overlap`` measures it alone)
+TABLE = ("roofline", "frfcfs", "frfcfs-per-device", "roofline+tp-overlap", "frfcfs+tp-overlap")
+#: the roofline run each variant is compared with (same timeline, no contention model)
+BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-per-device": "roofline",
+            "roofline+tp-overlap": "roofline+tp-overlap",
+            "frfcfs+tp-overlap": "roofline+tp-overlap",
+            "queue-auto+tp-overlap": "roofline+tp-overlap"}
+
+
+def measure(variant: str) -> dict:
+    """Run one variant in this process: wall and CPU seconds, and what the run reported."""
+    from experiments.bench_e2e import scenario_dict
+    from twin.runner import run
+    from twin.scenario import load_scenario
+
+    raw = scenario_dict(64) | VARIANTS[variant]
+    scen = load_scenario(raw)
+    w0, c0 = time.perf_counter(), time.process_time()
+    s = run(scen).summary
+    return {"variant": variant, "wall_s": time.perf_counter() - w0,
+            "cpu_s": time.process_time() - c0, "events": s["events"],
+            "iteration_time_s": s["iteration_time_s"], "hbm_max_streams": s["hbm_max_streams"],
+            "hbm_slowdown_mean": s["hbm_slowdown_mean"], "symmetry_used": s["symmetry_used"]}
+
+
+def run() -> pd.DataFrame:
+    """Every variant in its own subprocess; the wall ratio to roofline and its target."""
+    rows = []
+    for v in TABLE:
+        out = subprocess.run([sys.executable, "-m", "experiments.bench_contention", "--variant",
+                              v], capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    df = pd.DataFrame(rows)
+    wall = dict(zip(df.variant, df.wall_s, strict=True))
+    df["baseline"] = [BASELINE[v] for v in df.variant]
+    df["wall_vs_roofline"] = [wall[v] / wall[BASELINE[v]] for v in df.variant]
+    contended = [BASELINE[v] != v for v in df.variant]
+    df["target"] = ["wall <= 3x roofline" if c else "" for c in contended]
+    df["met"] = [bool(r <= 3.0) if c else None
+                 for c, r in zip(contended, df.wall_vs_roofline, strict=True)]
+    return df
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: one variant as JSON, or the whole table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variant", choices=list(VARIANTS), help="measure one variant, print JSON")
+    args = p.parse_args(argv)
+    if args.variant:
+        print(json.dumps(measure(args.variant)))
+        return
+    print(run().to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+if __name__ == "__main__":
+    main()
