@@ -361,3 +361,83 @@ def test_memory_bound_kernel_time_is_bytes_over_achievable_bandwidth():
         3.0e9 / t + spec.kernel_overhead_us * 1e-6, rel=1e-12)
     assert math.isclose(cm.block_cost(Block("c", (k,)), 1.0, 2.0).duration_s,
                         2 * 3.0e9 / t + spec.kernel_overhead_us * 1e-6, rel_tol=1e-12)
+
+
+# ----------------------------------------------------------------------------- parameters
+@pytest.mark.parametrize("spec,tied", [(GPT, True), (GPT, False), (LLAMA, False)])
+def test_parameter_counts_from_the_weight_shapes(spec, tied):
+    m = ModelSpec(**{**spec, "tied_embeddings": tied})
+    tc = TransformerCosts(m, "bf16", 1, m.seq_len)
+    h, V, s, L = m.hidden, m.vocab, m.seq_len, m.layers
+    if m.arch == "gpt":
+        f = 4 * h
+        attn = (h * 3 * h + 3 * h) + (h * h + h)          # QKV and out, with biases
+        mlp = (h * f + f) + (f * h + h)                   # up and down, with biases
+        norms = 2 * 2 * h                                 # two LayerNorms: gain and bias
+        emb = V * h + s * h                               # tokens + learned positions
+        final = 2 * h
+    else:
+        f, kv = m.ffn_hidden, m.kv_heads * (h // m.heads)
+        attn = h * h + 2 * h * kv + h * h                 # q, k, v, o (no biases)
+        mlp = 3 * h * f                                   # gate, up, down
+        norms = 2 * h                                     # two RMSNorm gains
+        emb = V * h
+        final = h
+    layer = attn + mlp + norms
+    assert tc.layer_params() == layer
+    assert tc.embedding_params() == emb
+    assert tc.output_params() == final + (0 if tied else V * h)
+    assert tc.total_params() == L * layer + emb + final + (0 if tied else V * h)
+
+
+@pytest.mark.parametrize("spec", [GPT, LLAMA])
+def test_model_flops_per_microbatch_is_three_forwards_of_the_gemms(spec):
+    """Model FLOPs: forward + backward (2x) of every GEMM of the layers and the logits."""
+    m = ModelSpec(**spec)
+    b = 2
+    tc = TransformerCosts(m, "bf16", b, m.seq_len)
+    s, h, V = m.seq_len, m.hidden, m.vocab
+    f = m.ffn_hidden or 4 * h
+    kv = (m.kv_heads or m.heads) * (h // m.heads)
+    up = 2 * f if m.arch == "llama" else f
+    layer = 2 * b * s * (h * (h + 2 * kv) + h * h + h * up + f * h) + 4 * b * s * s * h
+    ref = 3 * (m.layers * layer + 2 * b * s * h * V)
+    assert tc.model_flops_per_microbatch() == pytest.approx(ref, rel=1e-12)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_closed_form_flops_equal_the_summed_kernel_count(recompute):
+    """Narayanan et al.'s closed forms against the per-layer count of this file: B sequences,
+    forward 24 b s h^2 + 4 b s^2 h per layer and 2 b s h V for the logits, backward twice the
+    forward, full recompute one more forward of the layers (not of the logits)."""
+    from workloads.transformer import closed_form_flops
+
+    m = ModelSpec(**GPT)
+    B, s, h, L, V = 8, m.seq_len, m.hidden, m.layers, m.vocab
+    layer_fwd = 24 * B * s * h * h + 4 * B * s * s * h
+    passes = 4 if recompute == "full" else 3
+    ref = passes * L * layer_fwd + 3 * 2 * B * s * h * V
+    assert closed_form_flops(m, B, s, recompute) == pytest.approx(ref, rel=1e-12)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt_embedding_reads_token_and_position_rows_and_writes_the_sum(sp):
+    tc, m = _costs(GPT, t=2, sp=sp)
+    T, h = 2 * m.seq_len, m.hidden
+    for bwd in (False, True):
+        [k] = tc.embedding_block(bwd).kernels
+        assert k.flops == pytest.approx(T * h)
+        assert k.bytes == pytest.approx(3 * T * h * 2 / (2 if sp else 1))
+        assert not k.gemm
+
+
+def test_defaults_are_no_sequence_parallelism_no_recompute_flash():
+    m = ModelSpec(**GPT)
+    tc = TransformerCosts(m, "bf16", 2, m.seq_len, tp=2)
+    ref = ref_layer("gpt", 2, m.seq_len, m.hidden, m.heads, m.heads, 4 * m.hidden, 2, False,
+                    "flash")
+    got = {k.name: (k.flops, k.bytes) for k in tc.attention_block().kernels}
+    assert set(got) == set(ref["attn_fwd"])
+    for k, v in ref["attn_fwd"].items():
+        assert got[k] == pytest.approx(v, rel=1e-12), k
+    assert tc.recompute_blocks() == []
