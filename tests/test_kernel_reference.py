@@ -301,9 +301,10 @@ def test_wave_efficiency_examples_by_hand():
     assert ref_wave_eff((3, 128, 44 * 128), 132, (128, 128)) == 1.0
 
 
-@pytest.mark.parametrize("dev", ["h100-sxm", "a100-sxm-80gb"])
-def test_random_gemm_times_match_the_wave_by_wave_reference(dev):
-    spec = device(dev)
+@pytest.mark.parametrize("dev,k_half", [("h100-sxm", None), ("a100-sxm-80gb", None),
+                                        ("h100-sxm", 0.5), ("h100-sxm", 0.0)])
+def test_random_gemm_times_match_the_wave_by_wave_reference(dev, k_half):
+    spec = device(dev) if k_half is None else device(dev, gemm_k_half=k_half)
     cm = ComputeModel(spec, "bf16", spec.hbm_pj_per_bit)
     rng = np.random.default_rng(15)
     ks = []

@@ -145,9 +145,32 @@ def test_basic_model_segment_power_is_idle_plus_utilised_dynamic_plus_hbm():
     # HBM energy = bytes x 8 x pJ/bit, summed over the blocks
     e_hbm = sum(k.bytes for b in blocks for k in b.kernels) * 8 * s.hbm_pj_per_bit * 1e-12
     assert acc.stats.memory_j == pytest.approx(e_hbm, rel=1e-12)
-    # the components add up to the integral of the recorded power
+    # the components and the telemetry counter add up to the integral of the recorded power
     total = float(((seg[:, 1] - seg[:, 0]) * seg[:, 2]).sum())
     assert sum(acc.energy_breakdown().values()) == pytest.approx(total, rel=1e-9)
+    assert acc.energy_at(float(seg[-1, 1])) == pytest.approx(total, rel=1e-9)
+
+
+def test_a_die_at_the_limit_throttles_one_p_state_at_the_first_block():
+    """Thermal throttle rule: at the first check (t = 0) a die at or above the limit steps one
+    P-state down, so the first block runs at the second P-state's clock."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    setup = PowerSetup(PowerSpec(), cm)
+    env = simpy.Environment()
+    acc = Accelerator(env, 0, 1, cm, _Null(), power=setup)
+    acc.temp_c = s.temp_limit_c + 1.0
+    blk = _blocks()[0]
+    env.process(acc.compute(blk, 0, 0, 0, 0))
+    env.run()
+    seg = acc.power_segments()
+    names = acc.state_names()
+    comp = [r for r in seg if names[int(r[3])] == "gemm"]
+    assert acc.stats.throttle_steps == 1
+    assert [int(r[4]) for r in comp] == [1]
+    f_top, f1 = sorted((p[0] for p in s.p_states), reverse=True)[:2]
+    d, _ = ref_kernel(s, blk.kernels[0], "bf16", f_top / f1)
+    assert comp[0][1] - comp[0][0] == pytest.approx(d, rel=1e-9)
 
 
 @pytest.mark.parametrize("dev", ["h100-sxm", "a100-sxm-80gb"])
