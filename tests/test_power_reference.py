@@ -106,6 +106,12 @@ def _run(spec: DeviceSpec, blocks: list[Block], gap_s: float, power: PowerSpec |
     acc = Accelerator(env, 0, 1, cm, _Null(), power=setup)
     t0 = acc.temp_c
 
+    def probe():  # telemetry read half-way through the first block
+        yield env.timeout(0.5 * cm.block_cost(blocks[0]).duration_s)
+        acc._probe, acc._probe_t = acc.energy_at(env.now), env.now
+
+    env.process(probe())
+
     def body():
         for i, b in enumerate(blocks):
             yield from acc.compute(b, 0, i, 0, 0)
@@ -132,16 +138,23 @@ def test_basic_model_segment_power_is_idle_plus_utilised_dynamic_plus_hbm():
         assert r[2] == pytest.approx(s.idle_w, rel=1e-12)
         assert r[1] - r[0] == pytest.approx(1e-3, rel=1e-9)
     stretched = 0
+    stretch_s = 0.0
     for r, b in zip(comp, blocks, strict=True):
         d, e_dyn, e_hbm = ref_block_energy(s, b, s.tdp_w - s.idle_w)
         p = s.idle_w + (e_dyn + e_hbm) / d
         if p > s.tdp_w:
+            d0 = d
             d = (e_dyn + e_hbm) / (s.tdp_w - s.idle_w)
+            stretch_s += d - d0
             p = s.tdp_w
             stretched += 1
         assert r[1] - r[0] == pytest.approx(d, rel=1e-9), b.name
         assert r[2] == pytest.approx(p, rel=1e-9), b.name
     assert stretched == 1   # the mixed block: the case really is exercised
+    assert acc.stats.cap_stretch_s == pytest.approx(stretch_s, rel=1e-9)
+    # telemetry in the middle of the first block: energy so far at its board power
+    assert comp[0][0] == 0.0 and 0.0 < acc._probe_t < comp[0][1]
+    assert acc._probe == pytest.approx(acc._probe_t * comp[0][2], rel=1e-9)
     # HBM energy = bytes x 8 x pJ/bit, summed over the blocks
     e_hbm = sum(k.bytes for b in blocks for k in b.kernels) * 8 * s.hbm_pj_per_bit * 1e-12
     assert acc.stats.memory_j == pytest.approx(e_hbm, rel=1e-12)
@@ -210,20 +223,28 @@ def test_detailed_model_segment_power_from_the_reference(mhz):
     names = acc.state_names()
     temp = temp0
     bi = 0
+    r_th, tau = s.thermal_r_k_per_w, s.thermal_r_k_per_w * s.thermal_c_j_per_k
+    amb = acc.ambient_c
     for r in seg:
         leak = ref_leak(s, v, temp)
         if names[int(r[3])] == "idle":
-            assert r[2] == pytest.approx(reg.input_power(base + leak), rel=1e-9)
+            chip = base + leak
+            assert r[2] == pytest.approx(reg.input_power(chip), rel=1e-9)
         else:
             b = blocks[bi]
             bi += 1
             d, e_dyn, e_hbm = ref_block_energy(s, b, dyn, f_top / f, v / v_top)
-            p = reg.input_power((e_dyn + e_hbm) / d + base + leak)
+            chip = (e_dyn + e_hbm) / d + base + leak
+            p = reg.input_power(chip)
             if p > s.tdp_w:
                 d = (e_dyn + e_hbm) / (cap_chip - base - leak)
-                p = s.tdp_w
+                chip, p = cap_chip, s.tdp_w
             assert r[1] - r[0] == pytest.approx(d, rel=1e-9), b.name
             assert r[2] == pytest.approx(p, rel=1e-9), b.name
+        # die temperature over the constant-power segment: C dT/dt = P_chip - (T - T_amb) / R
+        ss = amb + r_th * chip
+        expect = ss + (temp - ss) * math.exp(-(r[1] - r[0]) / tau)
+        assert r[5] == pytest.approx(expect, abs=1e-9)
         temp = r[5]
     assert bi == len(blocks)
 
