@@ -356,6 +356,15 @@ def test_layer_block_costs_match_the_reference(dev, attention, prec, scale):
         assert c.static_j == pytest.approx(c.duration_s * spec.idle_w, rel=1e-12)
 
 
+@pytest.mark.parametrize("dev,expect", [("h100-sxm", "fp8"), ("a100-sxm-80gb", "bf16")])
+def test_a_kernel_of_its_own_precision_runs_at_that_peak_if_the_device_has_it(dev, expect):
+    spec = device(dev, kernel_overhead_us=0.0, gemm_k_half=0.0)
+    cm = ComputeModel(spec, "bf16", spec.hbm_pj_per_bit)
+    k = Kernel("g", 1e12, 1.0, True, precision="fp8")
+    rate = spec.peak_tflops[expect] * 1e12 * spec.matmul_efficiency[expect]
+    assert cm.kernel_times(Block("g", (k,)))[0] == pytest.approx(1e12 / rate, rel=1e-12)
+
+
 def test_element_wise_kernels_run_at_the_vector_peak_not_the_gemm_peak():
     spec = device("h100-sxm", kernel_overhead_us=0.0)
     cm = ComputeModel(spec, "bf16", spec.hbm_pj_per_bit)

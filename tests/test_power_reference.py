@@ -44,10 +44,10 @@ def device(name: str, basic: bool = False, **over) -> DeviceSpec:
 
 class _Null(Recorder):
     def __init__(self):
-        pass
+        self.rows: list[tuple] = []
 
     def op(self, *args) -> None:
-        pass
+        self.rows.append(args)
 
 
 def ref_leak(s: DeviceSpec, volts: float, temp_c: float) -> float:
@@ -171,7 +171,8 @@ def test_a_die_at_the_limit_throttles_one_p_state_at_the_first_block():
     cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
     setup = PowerSetup(PowerSpec(), cm)
     env = simpy.Environment()
-    acc = Accelerator(env, 0, 1, cm, _Null(), power=setup)
+    rec = _Null()
+    acc = Accelerator(env, 0, 1, cm, rec, power=setup)
     acc.temp_c = s.temp_limit_c + 1.0
     blk = _blocks()[0]
     env.process(acc.compute(blk, 0, 0, 0, 0))
@@ -180,6 +181,10 @@ def test_a_die_at_the_limit_throttles_one_p_state_at_the_first_block():
     names = acc.state_names()
     comp = [r for r in seg if names[int(r[3])] == "gemm"]
     assert acc.stats.throttle_steps == 1
+    # the trace: a DVFS stall (no microbatch / chunk / layer) for the transition, then the block
+    (dv,) = [r for r in rec.rows if r[3] == "dvfs"]
+    assert dv[5:8] == (-1, -1, -1)
+    assert dv[9] - dv[8] == pytest.approx(s.dvfs_transition_us * 1e-6, rel=1e-9)
     assert [int(r[4]) for r in comp] == [1]
     f_top, f1 = sorted((p[0] for p in s.p_states), reverse=True)[:2]
     d, _ = ref_kernel(s, blk.kernels[0], "bf16", f_top / f1)
