@@ -207,6 +207,22 @@ def test_catalog_definitions_pin_base_and_dynamic_power(dev):
     dev_ = cm.power
     idle = dev_.regulator.input_power(dev_.idle_chip_w(dev_.n_states - 1, s.leakage_ref_c))
     assert idle == pytest.approx(s.idle_w, rel=1e-9)
+    # HBM at full bandwidth: bytes/s x 8 x pJ/bit
+    assert dev_.hbm_max_w == pytest.approx(s.hbm_bandwidth_gbps * 1e9 * 8 * s.hbm_pj_per_bit
+                                           * 1e-12, rel=1e-12)
+    # an HBM-bound block at nominal memory speed (block_power's default): t = bytes / BW
+    ew = Kernel("ew", 1.0, 4.0e9, False)
+    d = 4.0e9 / (s.hbm_bandwidth_gbps * 1e9 * s.memory_efficiency)
+    chip = 4.0e9 * 8 * s.hbm_pj_per_bit * 1e-12 / d + base + ref_leak(
+        s, max(s.p_states)[1], 50.0) + 1.0 / (s.vector_tflops["fp32"] * 1e12) * dyn * \
+        s.vector_power_fraction / d
+    assert setup.block_power(Block("e", (ew,)), 0, 50.0) == pytest.approx(
+        dev_.regulator.input_power(chip), rel=1e-9)
+    # clocks: the fastest P-state not above a given clock, the slowest when none is
+    mhz = sorted((p[0] for p in s.p_states), reverse=True)
+    assert dev_.floor_state(mhz[1] + 1.0) == 1
+    assert dev_.floor_state(mhz[-1] - 1.0) == len(mhz) - 1
+    assert dev_.floor_state(1e9) == 0
 
 
 @pytest.mark.parametrize("mhz", [None, 1350.0])
