@@ -35,7 +35,7 @@ mutate: $(STAMP)
 	$(PY) tools/mutate.py $(MUTATE_ARGS)
 
 bench: $(STAMP)
-	$(PY) -m experiments.bench
+	$(PY) -m experiments.bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

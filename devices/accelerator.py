@@ -39,6 +39,7 @@ from devices.spec import DeviceSpec
 from twin.kernel.records import Recorder
 
 _CHUNK = 4096  # power segments buffered as tuples before packing into an array
+_JITTER_BLOCK = 1024  # compute-jitter factors drawn at once (Accelerator._jitter)
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,8 @@ class Accelerator:
         self.recorder = recorder
         self.jitter_sigma = jitter_sigma
         self.rng = rng
+        self._jitter_buf: list[float] = []   # pre-drawn duration factors (see _jitter)
+        self._jitter_i = 0
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
@@ -295,6 +298,18 @@ class Accelerator:
         self._codes: dict[str, int] = {}
         self._costs: dict[tuple, tuple] = {}
 
+    def _jitter(self) -> float:
+        """The next lognormal factor (mean 1) on a block's duration. Drawn in blocks of
+        :data:`_JITTER_BLOCK`: a Generator's array draw is the same sequence as that many
+        scalar draws, so the factors are the same, at a fraction of the cost per draw."""
+        i = self._jitter_i
+        if i >= len(self._jitter_buf):
+            s = self.jitter_sigma
+            self._jitter_buf = self.rng.lognormal(-0.5 * s * s, s, _JITTER_BLOCK).tolist()
+            i = 0
+        self._jitter_i = i + 1
+        return self._jitter_buf[i]
+
     @staticmethod
     def sigma_for_cov(cov: float) -> float:
         """Lognormal sigma giving coefficient of variation ``cov``."""
@@ -337,8 +352,7 @@ class Accelerator:
         dur, flops, e_dyn, e_mem, _ = c
         dur *= self.slowdown
         if self.jitter_sigma > 0:
-            s = self.jitter_sigma
-            dur *= float(self.rng.lognormal(-0.5 * s * s, s))
+            dur *= self._jitter()
         leak = self._leak_w[ps]
         if self._leak_k:
             leak *= math.exp(self._leak_k * (self.temp_c - self._leak_ref))
@@ -530,11 +544,18 @@ class Accelerator:
 
     def power_segments(self) -> np.ndarray:
         """All power segments so far, shape (n, 6): t_start, t_end, watts (per device),
-        state code, P-state index, temperature at t_end (C)."""
-        parts = [*self._chunks]
+        state code, P-state index, temperature at t_end (C). Read-only; packed once and
+        reused until new segments arrive (the summary asks for it several times per agent)."""
         if self._seg:
-            parts.append(np.array(self._seg, dtype=float))
-        return np.concatenate(parts) if parts else np.empty((0, 6))
+            self._chunks.append(np.array(self._seg, dtype=float))
+            self._seg = []
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        if not self._chunks:
+            return np.empty((0, 6))
+        seg = self._chunks[0]
+        seg.flags.writeable = False
+        return seg
 
     def state_names(self) -> list[str]:
         """Names of the state codes of :meth:`power_segments` (block names, idle, dvfs)."""

@@ -7,9 +7,13 @@ Sections (each prints its own table with the target beside each measurement):
 * e2e      - one iteration of GPT-3 175B on 64 ... 4096 devices: wall, CPU, peak memory;
 * trace    - trace rows written per second and the slowdown tracing causes;
 * campaign - parallel efficiency of a fault campaign on 2 Dask workers;
-* contention - GPT-3 175B on 64 devices with the contention model vs roofline (wall ratio).
+* contention - GPT-3 175B on 64 devices with the contention model vs roofline (wall ratio);
+* startup  - wall time of `twin --help`, `twin check` and `twin run` of the quickstart;
+* modes    - fast mode vs ``simulation.exact: true`` side by side per configuration (wall,
+  events, peak memory, ratio, disagreement).
 
-``python -m experiments.bench [--only SECTION ...]``. Timings come from this machine under its
+``python -m experiments.bench [--only SECTION ...] [--quick]`` (``--quick``: the small
+configurations of the sections that have large ones). Timings come from this machine under its
 current load; the e2e rows give CPU seconds too, which other processes disturb less.
 """
 
@@ -28,7 +32,11 @@ SECTIONS = {
     "trace": "experiments.bench_trace",
     "campaign": "experiments.bench_campaign",
     "contention": "experiments.bench_contention",
+    "startup": "experiments.bench_startup",
+    "modes": "experiments.bench_modes",
 }
+#: Sections whose ``run`` takes ``quick`` (small configurations only).
+QUICK = {"modes"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,12 +44,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="meshtwin benchmarks")
     p.add_argument("--only", action="append", choices=list(SECTIONS),
                    help="run only these sections (repeatable)")
+    p.add_argument("--quick", action="store_true",
+                   help="small configurations only (minutes on 2 cores)")
     args = p.parse_args(argv)
     for name in args.only or list(SECTIONS):
         mod = importlib.import_module(SECTIONS[name])
         print(f"\n== {name}: {(mod.__doc__ or '').strip().splitlines()[0]}")
         t0 = time.perf_counter()
-        df = mod.run()
+        df = mod.run(quick=args.quick) if name in QUICK else mod.run()
         with pd.option_context("display.width", 200, "display.max_columns", 30,
                                "display.max_colwidth", 90):
             print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -216,9 +216,9 @@ def check_file(path: str, overrides: list[str]) -> str:
     raw = read_yaml(path, "input")
     kind = file_kind(raw)
     if kind == "scenario":
-        from twin.api import load_scenario
+        from twin.scenario import load_scenario  # not twin.api: checking needs no simulator
 
-        scen = load_scenario(path, overrides)
+        scen = load_scenario(raw, overrides, source=str(Path(path)))  # read once
         return f"scenario {scen.name}"
     if overrides:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "
@@ -385,17 +385,20 @@ class ValidateCommand(Command):
     help = "compare the twin with theory and published figures, printing the error of each"
 
     def add_arguments(self, p):
-        from twin.validate import CHECKS
-
-        p.add_argument("--only", action="append", choices=sorted(CHECKS),
-                       help="run only these checks (repeatable)")
+        p.add_argument("--only", action="append", metavar="CHECK",
+                       help="run only these checks (repeatable; the names are listed by an "
+                            "unknown one)")
         p.add_argument("--csv", help="also write the table as CSV")
         p.add_argument("--strict", action="store_true",
                        help="exit 1 if any row misses its target")
 
     def run(self, args):
-        from twin.validate import format_report, run_checks
+        from twin.validate import CHECKS, format_report, run_checks
 
+        for name in args.only or ():  # checked here: twin.validate is too heavy for --help
+            if name not in CHECKS:
+                raise ScenarioError([Problem("--only", "unknown check", name,
+                                             ", ".join(sorted(CHECKS)))])
         if args.csv:
             from twin.outputs import check_output
 
@@ -407,37 +410,65 @@ class ValidateCommand(Command):
         return 1 if args.strict and not df["ok"].all() else 0
 
 
-COMMANDS: list[Command] = [RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand(),
-                           LimitsCommand(), ExportCommand(), ReportCommand(), ValidateCommand()]
+class LazyCommand(Command):
+    """A subcommand whose class lives in a heavy module (``module:Class``), imported only when
+    the subcommand is parsed or run: ``twin --help`` and ``twin check`` do not load it."""
 
-from experiments.pareto import ParetoCommand  # noqa: E402  (the facade may import anything)
+    def __init__(self, name: str, help: str, target: str):
+        self.name, self.help, self._target = name, help, target
+        self._cmd: Command | None = None
 
-COMMANDS.append(ParetoCommand())
+    def load(self) -> Command:
+        """The real command object."""
+        if self._cmd is None:
+            import importlib
 
-from experiments.campaign import CampaignCommand  # noqa: E402  (the facade may import anything)
+            module, cls = self._target.split(":")
+            self._cmd = getattr(importlib.import_module(module), cls)()
+        return self._cmd
 
-COMMANDS.append(CampaignCommand())
+    def add_arguments(self, p):
+        self.load().add_arguments(p)
 
-from experiments.contention import ContentionCommand  # noqa: E402  (the facade may import anything)
+    def run(self, args):
+        return self.load().run(args)
 
-COMMANDS.append(ContentionCommand())
+
+COMMANDS: list[Command] = [
+    RunCommand(), SummaryCommand(), CheckCommand(), CatalogCommand(), LimitsCommand(),
+    ExportCommand(), ReportCommand(), ValidateCommand(),
+    LazyCommand("pareto", "energy-latency Pareto front of a sweep (exhaustive or NSGA-II, on "
+                "Dask)", "experiments.pareto.command:ParetoCommand"),
+    LazyCommand("campaign", "run a fault campaign (seeds x parameter grid) on Dask; results "
+                "with CIs", "experiments.campaign:CampaignCommand"),
+    LazyCommand("contention", "saturation-vs-collapse map of whole training runs (concurrency "
+                "x HBM service)", "experiments.contention:ContentionCommand"),
+]
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand (given ``argv``, only the subcommand it
+    names declares its arguments: the others' modules stay unimported)."""
     p = argparse.ArgumentParser(prog="twin", description="meshtwin: digital twin of DL training "
                                 "on 2D mesh / torus clusters")
     sub = p.add_subparsers(dest="command", required=True)
+    chosen = None
+    if argv is not None:
+        names = {cmd.name for cmd in COMMANDS}
+        chosen = next((a for a in argv if not a.startswith("-")), None)
+        chosen = chosen if chosen in names else None
     for cmd in COMMANDS:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
-        cmd.add_arguments(sp)
+        if argv is None or cmd.name == chosen:
+            cmd.add_arguments(sp)
         sp.set_defaults(_cmd=cmd)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``twin`` console script."""
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser(argv).parse_args(argv)
     try:
         return args._cmd.run(args)
     except ScenarioError as exc:

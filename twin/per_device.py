@@ -17,12 +17,15 @@ component of the summary.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from devices.position import class_stats, inlet_offsets, node_traffic, position_classes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PER_CLASS = ("board_j", "hbm_j", "busy_s", "tp_wait_s", "pipeline_wait_s", "dp_wait_s",
              "wait_s", "idle_s", "max_temp_c", "mean_temp_c")
@@ -88,6 +91,13 @@ def _mean_temp(acc) -> float:
 
 def device_frame(model, fabric, ex, makespan: float, node=None) -> pd.DataFrame:
     """One row per device (columns :data:`DEVICE_COLUMNS`, SI units; see the module doc)."""
+    import pandas as pd  # lazy: a run's summary and trace use :func:`device_columns`
+
+    return pd.DataFrame(device_columns(model, fabric, ex, makespan, node))
+
+
+def device_columns(model, fabric, ex, makespan: float, node=None) -> dict[str, np.ndarray]:
+    """The columns of :func:`device_frame` as NumPy arrays (one value per device)."""
     topo, lay = model.topo, model.layout
     node = node or traffic(model, fabric, makespan)
     n = topo.n_devices
@@ -109,7 +119,7 @@ def device_frame(model, fabric, ex, makespan: float, node=None) -> pd.DataFrame:
     wait = tp + recv + dpw
     network = node.port_j + node.router_j
     board = per_cls([a.energy_j for a in acc])
-    return pd.DataFrame({
+    return {
         "device": np.arange(n), "rank": rank_of, "cls": cls, "stage": lay.class_stage[cls],
         "x": coords[:, 0], "y": coords[:, 1], "z": z, "degree": topo.degree(),
         "position": position_classes(topo).astype(str),
@@ -123,16 +133,16 @@ def device_frame(model, fabric, ex, makespan: float, node=None) -> pd.DataFrame:
         "forwarded_bytes": node.forwarded_bytes, "router_bytes": node.router_bytes,
         "max_temp_c": per_cls([a.stats.max_temp_c for a in acc]),
         "mean_temp_c": per_cls([_mean_temp(a) for a in acc]),
-    })
+    }
 
 
-def edge_effect(df: pd.DataFrame, symmetric: bool, iterations: int) -> dict[str, Any]:
+def edge_effect(df: Mapping[str, Any], symmetric: bool, iterations: int) -> dict[str, Any]:
     """Summary key ``edge_effect``: per position class, the mean / spread (std) / min / max of
     :data:`EDGE_QUANTITIES` over its devices (energies and times per iteration)."""
-    pos = df["position"].to_numpy(dtype=object)
+    pos = np.asarray(df["position"], dtype=object)
     per_it = {"energy_j", "board_j", "network_j", "port_j", "router_j", "forwarded_bytes",
               "busy_s", "wait_s"}
-    values = {q: df[q].to_numpy() / (iterations if q in per_it else 1) for q in EDGE_QUANTITIES}
+    values = {q: np.asarray(df[q]) / (iterations if q in per_it else 1) for q in EDGE_QUANTITIES}
     return {"classes": class_stats(values, pos), "per_iteration": sorted(per_it),
             "per_class_columns": [q for q in EDGE_QUANTITIES if q in PER_CLASS],
             "per_device_columns": [q for q in EDGE_QUANTITIES if q not in PER_CLASS],

@@ -124,6 +124,11 @@ class SimulationSpec(StrictModel):
         default=True, description="true: simulate one representative of ranks that nothing "
                                   "random or faulty distinguishes (only where that is exact); "
                                   "false: simulate every rank")
+    exact: bool = Field(
+        default=False, description="true: turn every shortcut off for validation (no rank "
+                                   "symmetry, every transfer and collective as its own "
+                                   "process); the summary's shortcuts_used lists the ones a "
+                                   "run took")
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, description="coefficient of variation of compute-op durations "
                                  "(lognormal); > 0 makes runs depend on the seed")
@@ -177,7 +182,7 @@ class Scenario(StrictModel):
         from scenarios.faults import breaks_symmetry
 
         sim = self.simulation
-        return (sim.symmetry and sim.compute_jitter_cov == 0
+        return (sim.symmetry and not sim.exact and sim.compute_jitter_cov == 0
                 and not breaks_symmetry(self.faults)
                 and (self.memory.model == "roofline" or not self.memory.per_device_draws)
                 and self.power.thermal.inlet_gradient_k == 0)
@@ -367,20 +372,23 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 def load_scenario(path: str | Path | dict[str, Any],
-                  overrides: list[str] | dict[str, Any] | None = None) -> Scenario:
+                  overrides: list[str] | dict[str, Any] | None = None,
+                  source: str | None = None) -> Scenario:
     """Load, resolve and validate a scenario.
 
     Args:
         path: a YAML file, or an already parsed mapping.
         overrides: ``["workload.parallelism.dp=4", ...]`` or ``{"seed": 3}``; values are parsed
             as YAML and validated with the schema's types.
+        source: where an already parsed mapping came from (named in errors; default
+            ``<dict>``).
 
     Raises:
         ScenarioError: listing every problem (missing file, malformed YAML, unknown key, wrong
             type, unknown catalog name, inconsistent sections), each with its field path.
     """
     if isinstance(path, dict):
-        return _build(path, overrides, source="<dict>")
+        return _build(path, overrides, source=source or "<dict>")
     p = Path(path)
     raw = read_yaml(p, "scenario")
     return _build(raw, overrides, source=str(p))
@@ -478,13 +486,13 @@ def _check_topology(scen: Scenario) -> list[Problem]:
 
 def _check_algorithms(scen: Scenario) -> list[Problem]:
     """An explicit torus2d / hierarchical algorithm must fit every group of its kind."""
-    from workloads import collectives
-    from workloads.parallel import Layout
-
     net, w = scen.network, scen.workload
     wanted = {k: a for k, a in net.algorithms.items() if a in ("torus2d", "hierarchical")}
     if not wanted:
         return []
+    from workloads import collectives  # only here: the fabric and NetworkX come with them
+    from workloads.parallel import Layout
+
     par = w.parallelism
     topo = _build_graph(scen)
     g = w.sharding.group

@@ -18,7 +18,7 @@ from devices.power_report import collect_alerts, power_summary
 from topologies.routing import NoRoute, Router
 from twin.build import Model, class_sizes, model_flops_per_iteration
 from twin.iteration_stats import iteration_report
-from twin.per_device import device_frame, edge_effect, traffic
+from twin.per_device import device_columns, edge_effect, traffic
 from workloads.job import job_metrics
 
 SUMMARY_KEYS = ("iteration_time_s", "iterations", "makespan_s", "energy_j",
@@ -117,6 +117,9 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "route_stalls": len(getattr(fabric, "stalls", ())),
         "network_model": scen.network.model,
         "symmetry_used": bool(model.symmetric),
+        "exact_mode": bool(scen.simulation.exact),
+        "shortcuts_used": [k for k, used in (("symmetry", model.symmetric),
+                                             ("chained_transfers", ex.chained)) if used],
         "rank_classes": len(sizes),
         **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
         **(mem := _memory_keys(ex)),
@@ -126,7 +129,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
                       if getattr(ex, "data", None) is not None else None),
         "router_energy_j": float(node.router_j.sum()),
         "forwarded_bytes": float(node.forwarded_bytes.sum()),
-        "edge_effect": edge_effect(device_frame(model, fabric, ex, makespan, node),
+        "edge_effect": edge_effect(device_columns(model, fabric, ex, makespan, node),
                                    model.symmetric, max(int(done), 1)),
         **_sharding_keys(model, per_device, n_dev),
     })

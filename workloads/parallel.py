@@ -23,7 +23,6 @@ import numpy as np
 
 from topologies.base import Topology
 from topologies.placement import place, ring_order
-from workloads.collectives import pairs
 
 
 @dataclass
@@ -161,6 +160,8 @@ class Layout:
         ring's neighbours for ``ring`` / ``bidir_ring``, the row and column rings for
         ``torus2d`` / ``hierarchical``.
         """
+        from workloads.collectives import pairs  # lazy: the fabric comes with it
+
         out = {}
         for kind in ("tp", "dp"):
             groups = self.all_group_devices(kind)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from twin.export.timeline import Timeline, build_timeline, parse_devices
 from twin.kernel.errors import Problem, ScenarioError
-from twin.reading import TraceData
+
+if TYPE_CHECKING:  # pandas comes with the timeline: imported by export_trace, not by the CLI
+    from twin.export.timeline import Timeline
 
 FORMATS = ("perfetto", "chrome")
 #: Estimated bytes per event, to keep files under a size a browser opens.
@@ -94,6 +96,9 @@ def export_trace(trace: str | Path, out: str | Path, fmt: str | None = None,
                  window: str | None = None, devices: str | None = None,
                  max_mb: float = DEFAULT_MAX_MB) -> ExportResult:
     """Write the timeline of ``trace`` to ``out`` (see the module doc)."""
+    from twin.export.timeline import build_timeline, parse_devices
+    from twin.reading import TraceData
+
     out = Path(out)
     fmt = format_for(out, fmt)
     win = parse_window(window)

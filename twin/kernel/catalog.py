@@ -88,11 +88,15 @@ class CatalogEntry:
     path: Path | None = None
 
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_entry(path: Path) -> CatalogEntry:
     """Read one catalog file; raise :class:`CatalogError` naming every unsourced number."""
     where = f"catalog file {path}"
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # the package's own files: libyaml's loader when present (same resolver, ~10x faster)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise CatalogError([Problem(where, f"malformed YAML: {exc}")]) from None
     if not isinstance(raw, Mapping):
@@ -107,33 +111,42 @@ def load_entry(path: Path) -> CatalogEntry:
 
 @dataclass
 class Catalog:
-    """All entries of one kind (e.g. ``devices``) from a directory of YAML files."""
+    """All entries of one kind (e.g. ``devices``) from a directory of YAML files.
+
+    Files are listed at construction and read on first use (an entry is named by its file):
+    a scenario that names two entries does not parse the whole catalog.
+    """
 
     kind: str
     directory: Path
+    _files: dict[str, Path] = field(default_factory=dict, repr=False)
     _entries: dict[str, CatalogEntry] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for p in sorted(Path(self.directory).glob("*.yaml")):
-            entry = load_entry(p)
-            self._entries[entry.name] = entry
+            self._files[p.stem] = p
+
+    def _entry(self, name: str) -> CatalogEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = load_entry(self._files[name])
+        return entry
 
     def names(self) -> list[str]:
         """Entry names, sorted."""
-        return sorted(self._entries)
+        return sorted(self._files)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._files
 
     def __iter__(self) -> Iterator[CatalogEntry]:
-        return iter(self._entries[n] for n in self.names())
+        return iter([self._entry(n) for n in self.names()])
 
     def get(self, name: str, path: str = "") -> CatalogEntry:
         """The entry ``name``; a :class:`ScenarioError` listing the known names otherwise."""
-        try:
-            return self._entries[name]
-        except KeyError:
+        if name not in self._files:
             raise ScenarioError(
                 [Problem(path or self.kind, f"unknown {self.kind} name", name,
                          ", ".join(self.names()))]
-            ) from None
+            )
+        return self._entry(name)

@@ -71,9 +71,10 @@ def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
         level = share.min()
         bottleneck = used & (share <= level * (1 + 1e-12))
         hit = live & bottleneck[local]
-        newly = np.unique(entry_flow[hit])
+        newly = np.zeros(n_flows, dtype=bool)  # a mask, not np.unique: no sort per level
+        newly[entry_flow[hit]] = True
         rate[newly] = level
-        frozen[newly] = True
+        frozen |= newly
         leaving = live & frozen[entry_flow]
         rem -= level * np.bincount(local[leaving], minlength=n_links)
         np.maximum(rem, 0.0, out=rem)
@@ -544,7 +545,7 @@ class FlowNetwork:
             comp.slices = slices
             entry_flow = np.concatenate(ent_f) if ent_f else np.empty(0, dtype=np.int64)
             entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
-            ulinks, inv = np.unique(entry_link, return_inverse=True)
+            ulinks, inv = self._compact_links(entry_link)
             rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
             self.recomputes += 1
             if key is not None and len(self._allocs) < self.alloc_cache_size:
@@ -594,6 +595,18 @@ class FlowNetwork:
             if (np.ptp(t_step) <= 1e-9 * t_step.max() and np.ptp(t_end) <= 1e-9 * t_step.max()):
                 return None
         return target
+
+    def _compact_links(self, entry_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``np.unique(entry_link, return_inverse=True)``; for a component that touches a
+        good part of the network by a dense table over all links instead of a sort (the
+        same sorted links and indices)."""
+        n_links = len(self.capacity)
+        if 8 * len(entry_link) < n_links:
+            return np.unique(entry_link, return_inverse=True)
+        ulinks = np.flatnonzero(np.bincount(entry_link, minlength=n_links))
+        table = np.empty(n_links, dtype=np.int64)
+        table[ulinks] = np.arange(len(ulinks))
+        return ulinks, table[entry_link]
 
     def _flush_busy(self, comp: _Component) -> None:
         if comp.busy > 0:

@@ -28,13 +28,35 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
-import pandas as pd
 
 from twin.kernel.errors import TraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Above this many values a block's categories are factorized by pandas (hash table in C);
+#: below, by a dict (no pandas import for small runs). Both give codes in order of first
+#: appearance, so the file is the same either way.
+_PANDAS_FACTORIZE_ROWS = 100_000
+
+
+def _encode(values: Iterable, table: dict[Any, int]) -> np.ndarray:
+    """int32 codes of ``values`` in the growing category ``table`` (new values get the next
+    code, in order of first appearance); missing values (None, NaN) get -1."""
+    arr = np.asarray(values, dtype=object)
+    if len(arr) > _PANDAS_FACTORIZE_ROWS:
+        import pandas as pd
+
+        local, uniques = pd.factorize(arr)
+        remap = np.array([table.setdefault(v, len(table)) for v in uniques], dtype=np.int32)
+        return np.where(local >= 0, remap[local], -1).astype(np.int32) if len(remap) else \
+            local.astype(np.int32)
+    return np.array([-1 if v is None or v != v else table.setdefault(v, len(table))
+                     for v in arr.tolist()], dtype=np.int32)
 
 SCHEMA_VERSION = 1
 DEFAULT_BLOCK_ROWS = 1 << 16
@@ -100,11 +122,7 @@ class Table:
         for c in self.names:
             values = cols[c]
             if c in self.codes:
-                table = self.codes[c]
-                local, uniques = pd.factorize(np.asarray(values, dtype=object))
-                remap = np.array([table.setdefault(v, len(table)) for v in uniques],
-                                 dtype=np.int32)
-                arrays[c] = remap[local] if len(remap) else local.astype(np.int32)
+                arrays[c] = _encode(values, self.codes[c])
             else:
                 arrays[c] = np.asarray(values, dtype=self.dtypes[c])
         k = len(next(iter(arrays.values()))) if arrays else 0
@@ -434,6 +452,8 @@ def _check_table(f: h5py.File, name: str, p: Path, read_all: bool) -> dict[str, 
 
 def read_table(path: str | Path, name: str) -> pd.DataFrame:
     """One table of a trace as a DataFrame (string columns as ``Categorical``)."""
+    import pandas as pd  # lazy: writing a trace does not need pandas
+
     with h5py.File(path, "r") as f:
         if name not in f:
             tables = [k for k in f if isinstance(f[k], h5py.Group)]

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
 
 from twin.kernel.errors import Problem, ScenarioError
 from twin.kernel.queueing._validate import (
@@ -47,6 +46,8 @@ class BatchMeans:
 
     def confidence_interval(self, confidence: float = 0.95) -> tuple[float, float]:
         """Student-t interval for the steady-state mean at ``confidence``."""
+        from scipy import stats  # lazy: SciPy statistics only where a run needs them
+
         t = float(stats.t.ppf(0.5 + confidence / 2.0, self.n_batches - 1))
         return self.mean - t * self.standard_error, self.mean + t * self.standard_error
 
@@ -251,6 +252,8 @@ def hill_estimate(
     threshold = float(top[0])
     h = float(np.mean(np.log(top[1:]))) - math.log(threshold)
     alpha = math.inf if h <= 0.0 else 1.0 / h
+    from scipy import stats  # lazy: SciPy statistics only where a run needs them
+
     z = float(stats.norm.ppf(0.5 + conf / 2.0))
     half = z / math.sqrt(kk)
     return HillEstimate(
