@@ -294,3 +294,31 @@ def test_energy_per_flop_of_a_dense_gemm_is_board_power_over_effective_rate():
     per_flop_60 = setup.block_power(blk, 0, t) * c.duration_s / g.flops
     assert per_flop_60 == pytest.approx(p * d / g.flops, rel=1e-9)
     assert per_flop_60 < per_flop
+
+
+@pytest.mark.parametrize("initial", ["warm", "idle"])
+def test_initial_die_temperature_is_the_steady_state_of_the_stage_load(initial):
+    """``warm``: the fixed point of ``T = T_amb + R (P_act + P_base + P_leak(V_top, T))`` with
+    ``P_act`` the stage's mean dynamic + HBM chip power over its blocks back to back, capped
+    at the limit; ``idle``: the same at the lowest P-state with no activity. Solved with
+    ``brentq`` here."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    blocks = _blocks()[1:3]
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"initial": initial}}), cm,
+                       stage_blocks={0: blocks})
+    base, dyn = ref_unknowns(s, cm.power.regulator)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    amb = setup.ambient_c
+    if initial == "warm":
+        parts = [ref_block_energy(s, b, dyn) for b in blocks]
+        p_act = sum(e + h for _, e, h in parts) / sum(d for d, _, _ in parts)
+        v = states[0][1]
+    else:
+        p_act, v = 0.0, states[-1][1]
+    r = s.thermal_r_k_per_w
+    t = brentq(lambda x: amb + r * (p_act + base + ref_leak(s, v, x)) - x, amb, 150.0,
+               xtol=1e-10)
+    if initial == "warm":
+        t = min(t, s.temp_limit_c)
+    assert setup.initial_temp_c(amb, 0) == pytest.approx(t, abs=1e-6)
