@@ -322,3 +322,36 @@ def test_initial_die_temperature_is_the_steady_state_of_the_stage_load(initial):
     if initial == "warm":
         t = min(t, s.temp_limit_c)
     assert setup.initial_temp_c(amb, 0) == pytest.approx(t, abs=1e-6)
+
+
+def test_power_cap_plans_the_fastest_p_state_whose_blocks_fit():
+    """``power.cap_w``: each stage runs at the fastest P-state at which every one of its blocks
+    draws at most the cap at the temperature limit (board power from the reference), the
+    slowest when none does."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    f_top, v_top = states[0]
+    blocks = _blocks()[:3]
+
+    def board(b, f, v):
+        d, e_dyn, e_hbm = ref_block_energy(s, b, dyn, f_top / f, v / v_top)
+        return reg.input_power((e_dyn + e_hbm) / d + base + ref_leak(s, v, s.temp_limit_c))
+
+    seen_mid = False
+    for cap in (690.0, 600.0, 500.0, 400.0, 300.0, 250.0, 200.0):
+        try:
+            setup = PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm,
+                               stage_blocks={0: blocks})
+        except InfeasibleConfig:
+            continue
+        fits = [i for i, (f, v) in enumerate(states)
+                if all(board(b, f, v) <= cap for b in blocks)]
+        expect = fits[0] if fits else len(states) - 1
+        seen_mid |= bool(fits) and 0 < fits[0]
+        assert setup.cap_ps[0] == expect, cap
+    assert seen_mid  # (on H100 no feasible cap is below every P-state of these blocks)
