@@ -109,7 +109,7 @@ def test_h100_dense_gemm_board_power_matches_measured_draw(capsys):
     the peak draw of DGX H100 GPUs in LLM training iterations reaching or exceeding their TDP,
     700 W. The twin's board power at the die's steady temperature under that load (solved
     here by fixed-point iteration of T = T_amb + R P_chip(T), independent of the run code)
-    must be within 10% of 700 W; energy per FLOP is then ~TDP / achievable rate."""
+    must be within 10% of 700 W."""
     s = h100()
     cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
     setup = PowerSetup(None, cm)
@@ -122,8 +122,9 @@ def test_h100_dense_gemm_board_power_matches_measured_draw(capsys):
         t = 25.0 + s.thermal_r_k_per_w * chip
     watts = min(setup.block_power(blk, 0, t), setup.cap_w)
     assert watts == pytest.approx(700.0, rel=0.10)
+    # energy per FLOP is printed only: the law (board power x roofline duration / FLOPs, exact
+    # from the catalog definitions) is asserted to 1e-9 in tests/test_power_reference.py
     per_flop = watts * c.duration_s / blk.flops
-    assert per_flop == pytest.approx(s.tdp_w / s.achievable_flops("bf16"), rel=0.10)
     with capsys.disabled():
         print(f"\nH100 dense bf16 GEMM: {watts:.0f} W at {t:.1f} C (measured: ~700 W), "
               f"{per_flop * 1e12:.3f} pJ/FLOP")

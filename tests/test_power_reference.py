@@ -1,0 +1,357 @@
+"""Independent references for board power per segment and HBM energy (issue 15, part 2).
+
+The device's electrical model is pinned by two catalog figures (``devices/power.py``
+docstring): ``idle_w`` is the board power of an idle device at its lowest P-state at the
+leakage reference temperature, ``tdp_w`` the board power of a dense GEMM (math units fully
+busy, no HBM traffic) at the top P-state at the temperature limit. Here the two unknowns
+(base power and full dynamic power) are solved from those definitions with ``brentq`` and the
+leakage law written from the catalog fields; the per-segment board power of blocks run by the
+accelerator agent is then rebuilt kernel by kernel from the roofline reference of
+``tests/test_kernel_reference.py`` and HBM energy as ``bytes x 8 x pJ/bit``. Only the
+regulator's efficiency curve is taken from ``VoltageRegulator`` (checked against ``np.interp``
+and ``brentq`` in ``tests/test_thermal_reference.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+from scipy.optimize import brentq
+
+from devices.accelerator import Accelerator, ComputeModel
+from devices.power import PowerSetup, PowerSpec
+from devices.spec import DeviceSpec
+from tests.test_kernel_reference import ref_kernel
+from twin.catalogs import catalog
+from twin.kernel.records import Recorder
+from workloads.transformer import Block, Kernel
+
+DETAILED = ("p_states", "leakage_w", "leakage_ref_c", "leakage_per_k",
+            "leakage_voltage_exponent", "thermal_r_k_per_w", "thermal_c_j_per_k",
+            "temp_limit_c", "regulator_efficiency", "dvfs_transition_us",
+            "regulator_capacitance_mf")
+
+
+def device(name: str, basic: bool = False, **over) -> DeviceSpec:
+    vals = dict(catalog("devices").get(name).values)
+    if basic:
+        for k in DETAILED:
+            vals.pop(k, None)
+    return DeviceSpec.model_validate({**vals, **over})
+
+
+class _Null(Recorder):
+    def __init__(self):
+        self.rows: list[tuple] = []
+
+    def op(self, *args) -> None:
+        self.rows.append(args)
+
+
+def ref_leak(s: DeviceSpec, volts: float, temp_c: float) -> float:
+    """Leakage ``leakage_w (V / V_max)^n exp(a (T - T_ref))`` from the catalog fields, W."""
+    if s.leakage_w is None:
+        return 0.0
+    v_max = max(s.p_states, key=lambda p: p[0])[1]
+    return (s.leakage_w * (volts / v_max) ** s.leakage_voltage_exponent
+            * math.exp(s.leakage_per_k * (temp_c - s.leakage_ref_c)))
+
+
+def ref_unknowns(s: DeviceSpec, reg) -> tuple[float, float]:
+    """``(P_base, P_dyn,max)`` solved from the idle_w and tdp_w definitions, W."""
+    states = sorted(s.p_states or [(s.clock_mhz or 1.0, 1.0)], key=lambda p: -p[0])
+    v_top, v_low = states[0][1], states[-1][1]
+    t_ref = s.leakage_ref_c if s.leakage_w is not None else 25.0
+    t_lim = s.temp_limit_c if s.thermal_r_k_per_w is not None else t_ref
+    leak_idle = ref_leak(s, v_low, t_ref)
+    base = brentq(lambda b: reg.input_power(b + leak_idle) - s.idle_w, -s.idle_w, s.idle_w,
+                  xtol=1e-12)
+    leak_top = ref_leak(s, v_top, t_lim)
+    dyn = brentq(lambda d: reg.input_power(base + leak_top + d) - s.tdp_w, 0.0, 2 * s.tdp_w,
+                 xtol=1e-12)
+    return base, dyn
+
+
+def ref_block_energy(s: DeviceSpec, blk: Block, dyn_w: float, math_scale: float = 1.0,
+                     v_ratio: float = 1.0) -> tuple[float, float, float]:
+    """``(duration, dynamic J, HBM J)`` of a block from the per-kernel reference: each kernel's
+    math units are busy for its math time, at the full dynamic power for GEMMs and at the
+    vector units' share for element-wise kernels; switching energy scales with V^2."""
+    d = e_dyn = 0.0
+    for k in blk.kernels:
+        dur, t_math = ref_kernel(s, k, "bf16", math_scale)
+        d += dur
+        e_dyn += t_math * (1.0 if k.gemm else s.vector_power_fraction) * dyn_w * v_ratio ** 2
+    e_hbm = sum(k.bytes for k in blk.kernels) * 8.0 * s.hbm_pj_per_bit * 1e-12
+    return d, e_dyn, e_hbm
+
+
+def _blocks() -> list[Block]:
+    """A dense GEMM (near the limit), an HBM-bound element-wise block, a mixed block whose
+    math and HBM power together exceed the limit, and an empty one."""
+    n = 8192
+    gemm = Kernel("gemm", 2.0 * n ** 3, 3.0 * n * n * 2, True, (1.0, n, n), depth=n)
+    ew = Kernel("ew", 4.0 * 2 ** 28, 6.0 * 2 ** 28, False)
+    mixed = Kernel("mixed", 2.0 * 4096 * 4096 * 160, 2.6e9, True, (1.0, 4096, 4096), depth=160)
+    return [Block("gemm", (gemm,)), Block("ew", (ew, ew)), Block("mixed", (mixed, ew)),
+            Block("small", (Kernel("s", 1e6, 1e6, False),))]
+
+
+def _run(spec: DeviceSpec, blocks: list[Block], gap_s: float, power: PowerSpec | None = None):
+    cm = ComputeModel(spec, "bf16", spec.hbm_pj_per_bit)
+    setup = PowerSetup(power, cm)
+    env = simpy.Environment()
+    acc = Accelerator(env, 0, 1, cm, _Null(), power=setup)
+    t0 = acc.temp_c
+
+    def probe():  # telemetry read half-way through the first block
+        yield env.timeout(0.5 * cm.block_cost(blocks[0]).duration_s)
+        acc._probe, acc._probe_t = acc.energy_at(env.now), env.now
+
+    env.process(probe())
+
+    def body():
+        for i, b in enumerate(blocks):
+            yield from acc.compute(b, 0, i, 0, 0)
+            yield env.timeout(gap_s)
+            acc.idle_until(env.now)
+
+    env.process(body())
+    env.run()
+    return acc, cm, t0
+
+
+def test_basic_model_segment_power_is_idle_plus_utilised_dynamic_plus_hbm():
+    """Without the detailed fields: ``P = idle_w + u (tdp_w - idle_w) + HBM W``, held at tdp_w
+    by stretching the block (the catalog's basic model); idle stretches draw idle_w."""
+    s = device("h100-sxm", basic=True)
+    blocks = _blocks()
+    acc, _, _ = _run(s, blocks, 1e-3)
+    seg = acc.power_segments()
+    names = acc.state_names()
+    comp = [r for r in seg if names[int(r[3])] != "idle"]
+    idle = [r for r in seg if names[int(r[3])] == "idle"]
+    assert len(comp) == len(blocks) and len(idle) == len(blocks)
+    for r in idle:
+        assert r[2] == pytest.approx(s.idle_w, rel=1e-12)
+        assert r[1] - r[0] == pytest.approx(1e-3, rel=1e-9)
+    stretched = 0
+    stretch_s = 0.0
+    for r, b in zip(comp, blocks, strict=True):
+        d, e_dyn, e_hbm = ref_block_energy(s, b, s.tdp_w - s.idle_w)
+        p = s.idle_w + (e_dyn + e_hbm) / d
+        if p > s.tdp_w:
+            d0 = d
+            d = (e_dyn + e_hbm) / (s.tdp_w - s.idle_w)
+            stretch_s += d - d0
+            p = s.tdp_w
+            stretched += 1
+        assert r[1] - r[0] == pytest.approx(d, rel=1e-9), b.name
+        assert r[2] == pytest.approx(p, rel=1e-9), b.name
+    assert stretched == 1   # the mixed block: the case really is exercised
+    assert acc.stats.cap_stretch_s == pytest.approx(stretch_s, rel=1e-9)
+    # telemetry in the middle of the first block: energy so far at its board power
+    assert comp[0][0] == 0.0 and 0.0 < acc._probe_t < comp[0][1]
+    assert acc._probe == pytest.approx(acc._probe_t * comp[0][2], rel=1e-9)
+    # HBM energy = bytes x 8 x pJ/bit, summed over the blocks
+    e_hbm = sum(k.bytes for b in blocks for k in b.kernels) * 8 * s.hbm_pj_per_bit * 1e-12
+    assert acc.stats.memory_j == pytest.approx(e_hbm, rel=1e-12)
+    # the components and the telemetry counter add up to the integral of the recorded power
+    total = float(((seg[:, 1] - seg[:, 0]) * seg[:, 2]).sum())
+    assert sum(acc.energy_breakdown().values()) == pytest.approx(total, rel=1e-9)
+    assert acc.energy_at(float(seg[-1, 1])) == pytest.approx(total, rel=1e-9)
+
+
+def test_a_die_at_the_limit_throttles_one_p_state_at_the_first_block():
+    """Thermal throttle rule: at the first check (t = 0) a die at or above the limit steps one
+    P-state down, so the first block runs at the second P-state's clock."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    setup = PowerSetup(PowerSpec(), cm)
+    env = simpy.Environment()
+    rec = _Null()
+    acc = Accelerator(env, 0, 1, cm, rec, power=setup)
+    acc.temp_c = s.temp_limit_c + 1.0
+    blk = _blocks()[0]
+    env.process(acc.compute(blk, 0, 0, 0, 0))
+    env.run()
+    seg = acc.power_segments()
+    names = acc.state_names()
+    comp = [r for r in seg if names[int(r[3])] == "gemm"]
+    assert acc.stats.throttle_steps == 1
+    # the trace: a DVFS stall (no microbatch / chunk / layer) for the transition, then the block
+    (dv,) = [r for r in rec.rows if r[3] == "dvfs"]
+    assert dv[5:8] == (-1, -1, -1)
+    assert dv[9] - dv[8] == pytest.approx(s.dvfs_transition_us * 1e-6, rel=1e-9)
+    assert [int(r[4]) for r in comp] == [1]
+    f_top, f1 = sorted((p[0] for p in s.p_states), reverse=True)[:2]
+    d, _ = ref_kernel(s, blk.kernels[0], "bf16", f_top / f1)
+    assert comp[0][1] - comp[0][0] == pytest.approx(d, rel=1e-9)
+
+
+@pytest.mark.parametrize("dev", ["h100-sxm", "a100-sxm-80gb"])
+def test_catalog_definitions_pin_base_and_dynamic_power(dev):
+    """idle_w = board power idle at the lowest P-state at T_ref; tdp_w = board power of a
+    pure-math kernel at the top P-state at the temperature limit."""
+    s = device(dev, kernel_overhead_us=0.0)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    base, dyn = ref_unknowns(s, cm.power.regulator)
+    assert cm.power.base_w == pytest.approx(base, rel=1e-9)
+    assert cm.power.dyn_max_w == pytest.approx(dyn, rel=1e-9)
+    setup = PowerSetup(None, cm)
+    n = 16384
+    full = Block("g", (Kernel("g", 2.0 * n ** 3, 0.0, True),))
+    assert setup.block_power(full, 0, s.temp_limit_c) == pytest.approx(s.tdp_w, rel=1e-9)
+    dev_ = cm.power
+    idle = dev_.regulator.input_power(dev_.idle_chip_w(dev_.n_states - 1, s.leakage_ref_c))
+    assert idle == pytest.approx(s.idle_w, rel=1e-9)
+    # HBM at full bandwidth: bytes/s x 8 x pJ/bit
+    assert dev_.hbm_max_w == pytest.approx(s.hbm_bandwidth_gbps * 1e9 * 8 * s.hbm_pj_per_bit
+                                           * 1e-12, rel=1e-12)
+    # an HBM-bound block at nominal memory speed (block_power's default): t = bytes / BW
+    ew = Kernel("ew", 1.0, 4.0e9, False)
+    d = 4.0e9 / (s.hbm_bandwidth_gbps * 1e9 * s.memory_efficiency)
+    chip = 4.0e9 * 8 * s.hbm_pj_per_bit * 1e-12 / d + base + ref_leak(
+        s, max(s.p_states)[1], 50.0) + 1.0 / (s.vector_tflops["fp32"] * 1e12) * dyn * \
+        s.vector_power_fraction / d
+    assert setup.block_power(Block("e", (ew,)), 0, 50.0) == pytest.approx(
+        dev_.regulator.input_power(chip), rel=1e-9)
+    # clocks: the fastest P-state not above a given clock, the slowest when none is
+    mhz = sorted((p[0] for p in s.p_states), reverse=True)
+    assert dev_.floor_state(mhz[1] + 1.0) == 1
+    assert dev_.floor_state(mhz[-1] - 1.0) == len(mhz) - 1
+    assert dev_.floor_state(1e9) == 0
+
+
+@pytest.mark.parametrize("mhz", [None, 1350.0])
+def test_detailed_model_segment_power_from_the_reference(mhz):
+    """H100 with P-states, leakage, thermal RC and regulator: each block's board power is
+    ``eta^-1(E_dyn (V/V_max)^2 / d + E_hbm / d + P_base + P_leak(V, T_start))``, held at the
+    cap by stretching; idle segments ``eta^-1(P_base + P_leak)``."""
+    s = device("h100-sxm")
+    power = PowerSpec.model_validate({"dvfs": {"frequency_mhz": mhz}} if mhz else {})
+    blocks = _blocks()
+    acc, cm, temp0 = _run(s, blocks, 2e-3, power)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    f_top, v_top = states[0]
+    f, v = next(p for p in states if mhz is None or p[0] == mhz)
+    cap_chip = brentq(lambda c: reg.input_power(c) - s.tdp_w, 0.0, s.tdp_w, xtol=1e-12)
+    seg = acc.power_segments()
+    names = acc.state_names()
+    temp = temp0
+    bi = 0
+    r_th, tau = s.thermal_r_k_per_w, s.thermal_r_k_per_w * s.thermal_c_j_per_k
+    amb = acc.ambient_c
+    for r in seg:
+        leak = ref_leak(s, v, temp)
+        if names[int(r[3])] == "idle":
+            chip = base + leak
+            assert r[2] == pytest.approx(reg.input_power(chip), rel=1e-9)
+        else:
+            b = blocks[bi]
+            bi += 1
+            d, e_dyn, e_hbm = ref_block_energy(s, b, dyn, f_top / f, v / v_top)
+            chip = (e_dyn + e_hbm) / d + base + leak
+            p = reg.input_power(chip)
+            if p > s.tdp_w:
+                d = (e_dyn + e_hbm) / (cap_chip - base - leak)
+                chip, p = cap_chip, s.tdp_w
+            assert r[1] - r[0] == pytest.approx(d, rel=1e-9), b.name
+            assert r[2] == pytest.approx(p, rel=1e-9), b.name
+        # die temperature over the constant-power segment: C dT/dt = P_chip - (T - T_amb) / R
+        ss = amb + r_th * chip
+        expect = ss + (temp - ss) * math.exp(-(r[1] - r[0]) / tau)
+        assert r[5] == pytest.approx(expect, abs=1e-9)
+        temp = r[5]
+    assert bi == len(blocks)
+
+
+def test_energy_per_flop_of_a_dense_gemm_is_board_power_over_effective_rate():
+    """Law: a compute-bound GEMM's board energy per FLOP = P_board x d / FLOPs with d from the
+    roofline reference and P_board from the catalog definitions. At the temperature limit with
+    no HBM traffic and no launch overhead P_board = tdp_w exactly, so the energy per FLOP is
+    tdp_w / (peak x matmul efficiency x wave efficiency / (1 + k_half / k)). The reference is
+    exact up to the root finder's tolerance (1e-12 W), hence rel 1e-9."""
+    s = device("h100-sxm", kernel_overhead_us=0.0)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    setup = PowerSetup(None, cm)
+    n, k = 8192, 4096
+    g = Kernel("g", 2.0 * n * n * k, 0.0, True, (1.0, n, n), depth=k)
+    blk = Block("g", (g,))
+    c = cm.block_cost(blk)
+    d, _ = ref_kernel(s, g, "bf16")
+    per_flop = setup.block_power(blk, 0, s.temp_limit_c) * c.duration_s / g.flops
+    assert per_flop == pytest.approx(s.tdp_w * d / g.flops, rel=1e-9)
+    # below the limit the die leaks less: the same law with P_leak(T)
+    base, dyn = ref_unknowns(s, cm.power.regulator)
+    t = 60.0
+    v_top = max(s.p_states)[1]
+    p = cm.power.regulator.input_power(dyn + base + ref_leak(s, v_top, t))
+    per_flop_60 = setup.block_power(blk, 0, t) * c.duration_s / g.flops
+    assert per_flop_60 == pytest.approx(p * d / g.flops, rel=1e-9)
+    assert per_flop_60 < per_flop
+
+
+@pytest.mark.parametrize("initial", ["warm", "idle"])
+def test_initial_die_temperature_is_the_steady_state_of_the_stage_load(initial):
+    """``warm``: the fixed point of ``T = T_amb + R (P_act + P_base + P_leak(V_top, T))`` with
+    ``P_act`` the stage's mean dynamic + HBM chip power over its blocks back to back, capped
+    at the limit; ``idle``: the same at the lowest P-state with no activity. Solved with
+    ``brentq`` here."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    blocks = _blocks()[1:3]
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"initial": initial}}), cm,
+                       stage_blocks={0: blocks})
+    base, dyn = ref_unknowns(s, cm.power.regulator)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    amb = setup.ambient_c
+    if initial == "warm":
+        parts = [ref_block_energy(s, b, dyn) for b in blocks]
+        p_act = sum(e + h for _, e, h in parts) / sum(d for d, _, _ in parts)
+        v = states[0][1]
+    else:
+        p_act, v = 0.0, states[-1][1]
+    r = s.thermal_r_k_per_w
+    t = brentq(lambda x: amb + r * (p_act + base + ref_leak(s, v, x)) - x, amb, 150.0,
+               xtol=1e-10)
+    if initial == "warm":
+        t = min(t, s.temp_limit_c)
+    assert setup.initial_temp_c(amb, 0) == pytest.approx(t, abs=1e-6)
+
+
+def test_power_cap_plans_the_fastest_p_state_whose_blocks_fit():
+    """``power.cap_w``: each stage runs at the fastest P-state at which every one of its blocks
+    draws at most the cap at the temperature limit (board power from the reference), the
+    slowest when none does."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    f_top, v_top = states[0]
+    blocks = _blocks()[:3]
+
+    def board(b, f, v):
+        d, e_dyn, e_hbm = ref_block_energy(s, b, dyn, f_top / f, v / v_top)
+        return reg.input_power((e_dyn + e_hbm) / d + base + ref_leak(s, v, s.temp_limit_c))
+
+    seen_mid = False
+    for cap in (690.0, 600.0, 500.0, 400.0, 300.0, 250.0, 200.0):
+        try:
+            setup = PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm,
+                               stage_blocks={0: blocks})
+        except InfeasibleConfig:
+            continue
+        fits = [i for i, (f, v) in enumerate(states)
+                if all(board(b, f, v) <= cap for b in blocks)]
+        expect = fits[0] if fits else len(states) - 1
+        seen_mid |= bool(fits) and 0 < fits[0]
+        assert setup.cap_ps[0] == expect, cap
+    assert seen_mid  # (on H100 no feasible cap is below every P-state of these blocks)
