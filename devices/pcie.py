@@ -27,6 +27,7 @@ from pathlib import Path
 import simpy
 from pydantic import Field, ValidationError
 
+from devices.host import BandwidthServer
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
 from twin.kernel.schema import PositiveFloat, StrictModel
@@ -86,10 +87,10 @@ class PcieSwitch:
         return min(self.port_bps / (1 + self.nic[slot]), self.uplink_bps / (1 + self.copies))
 
 
-class CopyPort:
+class CopyPort(BandwidthServer):
     """One GPU's host-to-device port through its switch: copies one at a time, FIFO, each at
     the switch's rate when it starts. Offers ``transfer(nbytes)`` as
-    ``devices.host.BandwidthServer`` does, so the data path can use it in its place.
+    its base ``devices.host.BandwidthServer`` does, so the data path can use it in its place.
 
     Args:
         env: SimPy environment.
@@ -101,14 +102,10 @@ class CopyPort:
 
     def __init__(self, env: simpy.Environment, switch: PcieSwitch, slot: int,
                  on_copy: Callable[[int], None] | None = None):
-        self.env = env
+        super().__init__(env, switch.port_bps)  # nominal (uncontended) rate
         self.switch = switch
         self.slot = slot
         self.on_copy = on_copy
-        self.bytes_per_s = switch.port_bps  # nominal (uncontended) rate
-        self._res = simpy.Resource(env, capacity=1)
-        self.busy_s = 0.0
-        self.bytes = 0.0
 
     def transfer(self, nbytes: float):
         """Process body: wait for the port, then move ``nbytes`` (B) at the shared rate."""
