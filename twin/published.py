@@ -63,18 +63,25 @@ def published_data() -> dict:
 
 
 # ----------------------------------------------------------------------------- scenarios
+def _cluster(c: dict, gpus: int) -> dict:
+    """The scenario's cluster section for ``gpus`` GPUs on the data file's nodes: ``switched``
+    nodes of ``gpus_per_node`` GPUs, the NIC link only when there is more than one node."""
+    per_node = int(c["gpus_per_node"])
+    nodes = max(gpus // per_node, 1)
+    return {"topology": {"kind": "switched", "shape": [min(gpus, per_node), nodes]},
+            "device": c["device"], "link": c["link"], "links_per_edge": c["links_per_edge"],
+            **({"nic_link": c["nic_link"]} if nodes > 1 else {})}
+
+
 def korthikanti_scenario(model: str, gpus: int, tp: int, pp: int, v: int, gb: int, mb: int):
     """Korthikanti et al. Table 5 setup: DGX A100 nodes (8 GPUs on NVSwitch, 8 HDR200 NICs),
     fp16, sequence 2048, selective recompute, sequence parallelism, TP inside a node, and the
     unfused (standard) attention of the Megatron-LM of 2022."""
     from twin.scenario import load_scenario
 
-    nodes = gpus // 8
     raw = {
         "name": f"korthikanti-{model}",
-        "cluster": {"topology": {"kind": "switched", "shape": [8, nodes]},
-                    "device": "a100-sxm-80gb", "link": "nvlink3-switch", "links_per_edge": 12,
-                    **({"nic_link": "ib-hdr200-port"} if nodes > 1 else {})},
+        "cluster": _cluster(published_data()["korthikanti"]["cluster"], gpus),
         "workload": {"model": model, "precision": "fp16", "seq_len": 2048,
                      "global_batch": gb, "micro_batch": mb,
                      "parallelism": {"dp": gpus // (tp * pp), "tp": tp, "pp": pp},
@@ -94,12 +101,9 @@ def mpt_scenario(name: str, seq: int, gpus: int, micro: int, batch: int, ckpt: b
     from twin.scenario import load_scenario
 
     h, heads, layers = dims
-    nodes = max(gpus // 8, 1)
     raw = {
         "name": f"mpt-{name}-{seq}",
-        "cluster": {"topology": {"kind": "switched", "shape": [min(gpus, 8), nodes]},
-                    "device": "a100-sxm-80gb", "link": "nvlink3-switch", "links_per_edge": 12,
-                    **({"nic_link": "ib-hdr200-port"} if nodes > 1 else {})},
+        "cluster": _cluster(published_data()["mpt"]["cluster"], gpus),
         "workload": {"model": {"name": f"mpt-{name}", "arch": "gpt", "layers": layers,
                                "hidden": h, "heads": heads, "vocab": vocab, "seq_len": seq},
                      "precision": "bf16", "global_batch": batch, "micro_batch": micro,
