@@ -340,8 +340,10 @@ class Accelerator:
             yield from self._switch(iteration)
             t0 = env.now
             ps = self.ps
+        first = None
         if self.streams is not None:  # HBM and SMs shared with the streams running now
-            c = self.streams.block_cost(self, block, ps)
+            first = self.streams.price(self, block, ps)
+            c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
         else:
             ms = self.mem_scale
             if self.memory is not None:  # HBM contention with the transfers in flight now
@@ -372,7 +374,15 @@ class Accelerator:
                 p_chip = e_act / dur + p_static
                 p_board = self.reg.input_power(p_chip)
         self._busy = (t0, p_board)
-        yield env.timeout(dur)
+        if first is None:
+            yield env.timeout(dur)
+        else:  # a fluid job: re-priced whenever the streams beside it change
+            stretch = dur / c[0] if c[0] > 0 else 1.0
+            d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
+                                                                       first)
+            e_act = e_dyn + e_mem
+            p_chip = e_act / d + p_static if d > 0 else p_static
+            p_board = self.reg.input_power(p_chip)
         self._busy = None
         t1 = env.now
         d = t1 - t0
