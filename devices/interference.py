@@ -388,7 +388,7 @@ class DeviceStreams:
         self._w += p.base_s * w
         self._w_hbm += p.hbm_s * w
         self._w_dur += p.duration_s * w
-        if sum(mix) > 0:
+        if sum(mix) > 0 or f < 1.0:  # contended, or a piece of a re-priced block
             rec = self.records.setdefault(mix, [])
             if len(rec) < _KEEP:
                 rec.append(BlockRecord(block.name, mix, int(p.n_requests), float(p.slowdown),
