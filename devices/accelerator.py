@@ -193,6 +193,7 @@ class DeviceStats:
     cap_stretch_s: float = 0.0     # blocks lengthened to respect the power cap
     throttle_steps: int = 0
     busy_mhz_s: float = 0.0        # integral of the clock over compute time
+    comm_j: float = 0.0            # communication kernels' HBM + SM energy (in memory/compute)
     max_temp_c: float = -math.inf
     source: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
@@ -490,6 +491,35 @@ class Accelerator:
         if t > self.last_t:
             self._idle_to(t)
         return self.energy_j
+
+    # ------------------------------------------------------------------ communication
+    def communication(self, t0: float, t1: float, hbm_bytes: float, sms: int,
+                      activity: float) -> None:
+        """Energy of a communication kernel on each of the agent's devices from ``t0`` to
+        ``t1`` (s): its ``hbm_bytes`` (per device, B) at the HBM access energy (memory) and
+        ``sms`` of the device's SMs at ``activity`` of a GEMM's dynamic power at the current
+        P-state for its duration (compute). Added on top of whatever the device did meanwhile,
+        as a power segment of its own (``comm``) overlapping the others; the regulator loss
+        and the heat of it are not modelled."""
+        d = t1 - t0
+        if d <= 0:
+            return
+        dev = self.dev
+        units = self.model.spec.compute_units or 0
+        e_mem = hbm_bytes * dev.hbm_j_per_byte
+        e_dyn = (d * min(sms, units) / units * dev.dyn_max_w * activity * dev.dyn_scale[self.ps]
+                 if units else 0.0)
+        if e_mem + e_dyn <= 0:
+            return
+        st = self.stats
+        st.memory_j += e_mem
+        st.compute_j += e_dyn
+        st.comm_j += e_mem + e_dyn
+        self.energy_j += e_mem + e_dyn
+        code = self._codes.get("comm")
+        if code is None:
+            code = self._codes["comm"] = len(self._codes)
+        self._seg.append((t0, t1, (e_mem + e_dyn) / d, code, self.ps, self.temp_c))
 
     # ------------------------------------------------------------------ accounting
     def idle_until(self, t: float) -> None:

@@ -62,6 +62,7 @@ class SmShares:
     collective_ctas: int
     tp_overlap_ctas: int
     copy_ctas: int
+    activity: float = 0.3  # dynamic power of an SM running a collective / running a GEMM
 
     def of(self, kind: str) -> int:
         """SMs of one stream of ``kind``."""
@@ -74,7 +75,8 @@ class SmShares:
 def sm_shares(name: str = "nccl") -> SmShares:
     """The SM shares of catalog entry ``name``."""
     v = Catalog("interference", CATALOG_DIR).get(name).values
-    return SmShares(int(v["collective_ctas"]), int(v["tp_overlap_ctas"]), int(v["copy_ctas"]))
+    return SmShares(int(v["collective_ctas"]), int(v["tp_overlap_ctas"]), int(v["copy_ctas"]),
+                    float(v["collective_sm_activity"]))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from twin.build import build
 from twin.kernel.records import Recorder
 from twin.runner import simulate
 from twin.scenario import load_scenario
+from workloads.schedules import DP_START
 
 ROOT = Path(__file__).resolve().parents[1]
 NCCL = ROOT / "devices" / "catalog" / "interference" / "nccl.yaml"
@@ -142,3 +143,61 @@ def test_sharding_allgather_is_an_hbm_stream_of_the_block_beside_it():
     tau = rec.t - t0
     assert rec.fraction == pytest.approx(tau / d_beside, rel=1e-9)
     assert t1 - t0 == pytest.approx(tau + (1 - tau / d_beside) * d_alone, rel=1e-9)
+
+
+class _Comm(Recorder):
+    """Keeps the communication ops: (kind, name, t0, t1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.comm: list[tuple] = []
+
+    def op(self, cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1, flops):
+        if stream == "comm":
+            self.comm.append((kind, name, t0, t1))
+
+
+def _ring_dp(on: bool):
+    scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "cluster.topology.kind=ring", "cluster.topology.shape=[4]", "workload.parallelism.dp=4",
+        "workload.global_batch=8", "workload.iterations=1", "network.protocols=links",
+        "network.dp_algorithm=ring", f"power.communication_energy={str(on).lower()}",
+        "trace.enabled=false"])
+    model = build(scen)
+    rec = _Comm()
+    env, fab, ex, _ = simulate(model, rec)
+    from twin.summary import summarize
+
+    return scen, model, ex, rec.comm, summarize(model, env, fab, ex, 0.0)
+
+
+def test_collectives_draw_hbm_energy_and_sm_dynamic_power():
+    """``power.communication_energy``: a ring all-reduce of ``S`` bytes over ``n`` devices
+    sends ``2 (n - 1)`` chunks of ``S / n`` from every device and receives as many, each read
+    from HBM at the sender and written at the receiver, so it adds ``4 (n - 1) / n x S`` HBM
+    bytes per device at the catalog's pJ/bit; its NCCL kernel's ``c`` SMs (catalog) draw
+    ``c / U x activity`` of a GEMM's dynamic power for the all-reduce's duration. Nothing
+    else changes: same iteration time, same compute-kernel energy."""
+    scen, model, _, _, off = _ring_dp(False)
+    _, _, ex, comm, on = _ring_dp(True)
+    n = 4
+    cat = yaml.safe_load(NCCL.read_text())
+    ctas, act = cat["collective_ctas"]["value"], cat["collective_sm_activity"]["value"]
+    units = scen.cluster.device.compute_units
+    grad = sum(ins[2] for ins in model.programs[0] if ins[0] == DP_START)
+    assert grad > 0
+    dev = ex.accelerators[0].dev
+    hbm_j = 4 * (n - 1) / n * grad * scen.cluster.device.hbm_pj_per_bit * 8e-12 * n
+    dp = [c for c in comm if c[0] == "dp"]
+    assert len(dp) == sum(1 for ins in model.programs[0] if ins[0] == DP_START)
+    sm_j = sum(t1 - t0 for *_x, t0, t1 in dp) * ctas / units * act * dev.dyn_max_w * n
+    assert hbm_j > 0 and sm_j > 0
+    b_on, b_off = on["energy_breakdown_j"], off["energy_breakdown_j"]
+    assert on["iteration_time_s"] == off["iteration_time_s"]
+    assert b_on["memory"] - b_off["memory"] == pytest.approx(hbm_j, rel=1e-9)
+    assert b_on["compute"] - b_off["compute"] == pytest.approx(sm_j, rel=1e-9)
+    assert on["energy_j"] - off["energy_j"] == pytest.approx(hbm_j + sm_j, rel=1e-9)
+    # the power segments carry it too (their integral is the devices' energy)
+    seg = sum(float((s[:, 1] - s[:, 0]) @ s[:, 2]) * a.n
+              for a in ex.accelerators for s in [a.power_segments()])
+    assert seg == pytest.approx(on["energy_j"] - b_on["network"], rel=1e-9)
