@@ -53,6 +53,7 @@ NETWORK_KINDS = ("tp", "dp", "shard", "replica", "p2p")
 CATALOG_DIR = Path(__file__).parent / "catalog" / "interference"
 _LOG_STEP = 0.002  # latency slowdowns are rounded to a 0.2% log grid (bounded cost cache)
 _KEEP = 64         # blocks kept per mix for inspection (tests, reports)
+_FRESH_MIN, _FRESH_MAX = 8, 256  # fresh latency draws made at once per (requests, mix)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class DeviceStreams:
         self.records: dict[tuple[int, int], list[BlockRecord]] = {}
         self._running: tuple | None = None  # (process, price key) of the block running now
         self.repriced = 0  # pieces after a block's first (streams changed mid-block)
+        self._fresh_buf: dict[tuple, list] = {}  # (requests, mix) -> [draws, next index]
 
     # ------------------------------------------------------------------ streams
     def start(self, kind: str) -> None:
@@ -374,11 +376,26 @@ class DeviceStreams:
         n = model.requests_for(lat.bytes)
         worst = 0.0
         for _ in range(self.group):
-            s = model.fresh_latency(n, mix, self.rng)
+            s = self._fresh(model, n, mix)
             s = math.exp(round(math.log(max(s, 1e-12)) / _LOG_STEP) * _LOG_STEP)
             model.record(mix, s, self.n / self.group)
             worst = max(worst, s)
         return worst
+
+    def _fresh(self, model, n: int, mix: tuple[int, int]) -> float:
+        """The next fresh latency draw of ``n`` requests at ``mix``. Draws are made in blocks
+        (``QueueContention.fresh_latencies``: independent batches solved in one FIFO run,
+        each used once), so every block still sees its own independent sample of the
+        sojourn-time distribution at its mix; a block of a mix is 8 draws the first time and
+        doubles up to 256 as the mix recurs."""
+        key = (n, mix)
+        buf = self._fresh_buf.get(key)
+        if buf is None or buf[1] >= len(buf[0]):
+            size = min(2 * len(buf[0]), _FRESH_MAX) if buf is not None else _FRESH_MIN
+            buf = self._fresh_buf[key] = [model.fresh_latencies(n, mix, self.rng, size), 0]
+        v = float(buf[0][buf[1]])
+        buf[1] += 1
+        return v
 
     def _account(self, block, p: Price, f: float) -> None:
         """Account the fraction ``f`` of ``block`` done at price ``p``."""
