@@ -33,8 +33,9 @@ VARIANTS = {
                               "overlap": {"tp_comm": True}},
 }
 #: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
-#: block, takes minutes: ``--variant queue-auto+tp-overlap`` measures it alone)
-TABLE = ("roofline", "frfcfs", "frfcfs-per-device", "roofline+tp-overlap", "frfcfs+tp-overlap")
+#: block, takes minutes; ``--variant queue-auto+tp-overlap`` measures it alone)
+TABLE = ("roofline", "frfcfs", "frfcfs-per-device", "roofline+tp-overlap", "frfcfs+tp-overlap",
+         "queue-auto+tp-overlap")
 #: the roofline run each variant is compared with (same timeline, no contention model)
 BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-per-device": "roofline",
             "roofline+tp-overlap": "roofline+tp-overlap",
