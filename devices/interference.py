@@ -28,9 +28,15 @@ SMs
     catalog ``devices/catalog/interference``). With ``u`` SMs taken of ``U``, a block's math
     time is multiplied by ``U / (U - u)`` (at least one SM is left to compute).
 
-The mix is read when a block starts and holds for the whole block (a stream that starts
-mid-block is seen by the next block). ``hbm_max_streams`` counts the compute stream with the
-others: the most streams the controller served at once during a block.
+A block is a fluid job (:meth:`DeviceStreams.run_block`): it is priced at the mix running
+when it starts, and whenever a stream starts or ends beside it (an FSDP all-gather issued as the
+block begins, a DP bucket, a TP chunk, a send) it is re-priced at the new mix and its remaining
+fraction of work continues at the new rate; its time, energy and statistics are the pieces'
+prices weighted by the fraction of the block each did. So a block slows exactly while a
+collective runs beside it. Each piece draws its HBM factor afresh (a cached table batch; under
+``queue`` with ``bound: auto`` a fresh latency batch for the latency-bound part), so a block
+cut into pieces averages independent draws. ``hbm_max_streams`` counts the compute stream with
+the others: the most streams the controller served at once during a block.
 """
 
 from __future__ import annotations
