@@ -71,6 +71,13 @@ def _gpt1t() -> dict:
     }
 
 
+def _mb(d: dict, m: int) -> dict:
+    """``d`` with ``m`` microbatches per data-parallel replica."""
+    w = d["workload"]
+    w["global_batch"] = m * w.get("micro_batch", 1) * w["parallelism"]["dp"]
+    return d
+
+
 def _cool(d: dict) -> dict:
     """``d`` with the thermal RC model off (die temperature constant), the condition under
     which the fast mode aggregates steady-state microbatches (``twin.aggregate``)."""
@@ -90,7 +97,7 @@ CONFIGS = {
     "llama3-405b/16384": (_llama405b, False, "fast <= 10 s, <= 2 GiB"),
     "gpt-1t/3072": (_gpt1t, False, "fast <= 10 s"),
     # thermal model off: the fast mode aggregates microbatches (twin.aggregate)
-    "gpt3-175b/64 no-thermal": (lambda: _cool(_gpt3(64)), True, ""),
+    "gpt3-175b/64 no-thermal 64mb": (lambda: _cool(_mb(_gpt3(64), 64)), True, ""),
     "llama3-405b/16384 no-thermal": (lambda: _cool(_llama405b()), False,
                                      "fast <= 10 s, <= 2 GiB"),
     "gpt-1t/3072 no-thermal": (lambda: _cool(_gpt1t()), False, "fast <= 10 s"),
@@ -114,7 +121,8 @@ def measure(name: str, mode: str) -> dict:
             "cpu_s": time.process_time() - c0, "events": s["events"],
             "peak_gib": _peak_rss_gib(), "iteration_time_s": s["iteration_time_s"],
             "energy_j": s["energy_j"], "shortcuts": ",".join(s["shortcuts_used"]) or "-",
-            "mb_simulated": "+".join(str(k) for k in s["microbatches_simulated"])}
+            "mb_simulated": "+".join(str(k) for k in s["microbatches_simulated"]),
+            "fallback": (s["aggregation"] or {}).get("fallback", "")}
 
 
 def _child(name: str, mode: str, timeout: float) -> dict:
@@ -153,6 +161,8 @@ def run(quick: bool = True, timeout: float = 900.0) -> pd.DataFrame:
         r["d_energy_%"] = 100 * (f["energy_j"] / e["energy_j"] - 1) if both else math.nan
         r["fast_shortcuts"] = f.get("shortcuts", "")
         r["fast_mb_simulated"] = f.get("mb_simulated", "")
+        if f.get("fallback"):
+            r["fast_mb_simulated"] += " (fallback)"
         r["target"] = target
         rows.append(r)
         print(json.dumps(r, default=str), file=sys.stderr, flush=True)  # progress
