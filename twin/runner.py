@@ -114,7 +114,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
-                        streams=streams)
+                        streams=streams, comm_energy=_comm_energy(scen))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block
@@ -135,6 +135,16 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     executor.finish(env.now)
     check_power_samples(scen, env.now)
     return env, fabric, executor, injector.table_rows()
+
+
+def _comm_energy(scen: Scenario):
+    """SM shares of communication kernels when they draw device energy
+    (``power.communication_energy``), else None."""
+    if not scen.power.communication_energy:
+        return None
+    from devices.interference import sm_shares
+
+    return sm_shares()
 
 
 def _h2d_bytes_per_s(scen: Scenario) -> float:
