@@ -588,6 +588,14 @@ class FlowNetwork:
         left = tr.steps_left()
         pending = tr.remaining > 0
         top = left[pending].max() if pending.any() else 0.0
+        waiting = tr.parked & pending
+        if waiting.any():
+            # Parked flows wait at the end of their step for the active ones. An active flow
+            # that drained to within the step count's tolerance of that end (a timer of
+            # another flow left it there) has arrived but was not marked done: its target is
+            # that end (a remainder of < 1e-6 step), so its timer marks it done and releases
+            # the barrier, instead of letting it run on into the next step alone.
+            top = max(top, left[waiting].max() + 1.0)
         target = (top - 1.0) * tr.step_size[act]
         if len(act) == int(pending.sum()):
             t_step = tr.step_size[act] / rate
