@@ -26,6 +26,7 @@ This module is kernel: it knows links only as array indices with capacities, not
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
@@ -579,28 +580,49 @@ class FlowNetwork:
     def _step_target(tr: Transfer, act: np.ndarray, rate: np.ndarray) -> np.ndarray | None:
         """Remaining bytes of ``tr``'s active flows at the end of the current step, or None
         when every unfinished flow is active and all take the same time per step and to the
-        end of the step (they then stay in step without per-step events)."""
-        if tr.uniform and len(act) == len(tr.size):  # the common case, checked cheaply
-            rem = tr.remaining
-            if (rate.max() - rate.min() <= 1e-9 * rate.max()
-                    and rem.max() - rem.min() <= 1e-9 * tr.step_size[0]):
+        end of the step (they then stay in step without per-step events).
+
+        Called for every stepped transfer of a component at every change of its rates, on a
+        few (tens of) flows: plain Python floats, not NumPy reductions (the same float64
+        operations in the same order, so the same results to the last bit)."""
+        rl = rate.tolist()
+        rem = tr.remaining.tolist()
+        if tr.uniform and len(act) == len(rem):  # the common case, checked cheaply
+            r_max = max(rl)
+            if (r_max - min(rl) <= 1e-9 * r_max
+                    and max(rem) - min(rem) <= 1e-9 * float(tr.step_size[0])):
                 return None
-        left = tr.steps_left()
-        pending = tr.remaining > 0
-        top = left[pending].max() if pending.any() else 0.0
-        waiting = tr.parked & pending
-        if waiting.any():
+        per = tr._per_step.tolist()
+        parked = tr.parked.tolist()
+        top = 0.0
+        wait = -1.0  # step count of the parked flows (-1: none)
+        n_pending = 0
+        for r, p, pk in zip(rem, per, parked, strict=True):
+            if r > 0:  # pending; steps left as in Transfer.steps_left
+                q = max(math.ceil(r * p - 1e-6), 0.0)
+                n_pending += 1
+                if q > top:
+                    top = q
+                if pk and q > wait:
+                    wait = q
+        if wait >= 0.0 and wait + 1.0 > top:
             # Parked flows wait at the end of their step for the active ones. An active flow
             # that drained to within the step count's tolerance of that end (a timer of
             # another flow left it there) has arrived but was not marked done: its target is
             # that end (a remainder of < 1e-6 step), so its timer marks it done and releases
             # the barrier, instead of letting it run on into the next step alone.
-            top = max(top, left[waiting].max() + 1.0)
-        target = (top - 1.0) * tr.step_size[act]
-        if len(act) == int(pending.sum()):
-            t_step = tr.step_size[act] / rate
-            t_end = (tr.remaining[act] - target) / rate
-            if (np.ptp(t_step) <= 1e-9 * t_step.max() and np.ptp(t_end) <= 1e-9 * t_step.max()):
+            top = wait + 1.0
+        step = tr.step_size[act]
+        target = (top - 1.0) * step
+        if len(act) == n_pending:
+            sl = step.tolist()
+            tl = target.tolist()
+            ra = tr.remaining[act].tolist()
+            t_step = [s / r for s, r in zip(sl, rl, strict=True)]
+            t_end = [(x - t) / r for x, t, r in zip(ra, tl, rl, strict=True)]
+            ts_max = max(t_step)
+            if (ts_max - min(t_step) <= 1e-9 * ts_max
+                    and max(t_end) - min(t_end) <= 1e-9 * ts_max):
                 return None
         return target
 
