@@ -136,6 +136,7 @@ class Transfer:
         self.template = template
         self.comp: _Component | None = None
         self.whole = False  # every flow still active on its original route
+        self._inc: tuple | None = None  # (active mask bytes, incidence()) of the last call
         if template is not None and template.routed:
             self.whole = True
             self.active = np.ones(len(size), dtype=bool)
@@ -157,8 +158,29 @@ class Transfer:
                 self._done.succeed(self)
         return self._done
 
+    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(active flows, entry flow as index into them, entry link, done tolerance)`` of
+        the active flows' (flow, link) entries, bytes; None when no flow is active. Cached
+        until the active set (or, through :meth:`reindex`, the routes) changes: a component
+        asks for it at every change of its rates, mostly with the same flows active."""
+        key = self.active.tobytes()
+        c = self._inc
+        if c is not None and c[0] == key:
+            return c[1]
+        act = np.flatnonzero(self.active)
+        val = None
+        if len(act):
+            pos = np.empty(len(self.size), dtype=np.int64)
+            pos[act] = np.arange(len(act))
+            m = self.active[self.entry_owner]
+            val = (act, pos[self.entry_owner[m]], self.entry_link[m],
+                   np.maximum(self.size[act] * _REL_EPS, 1e-6))
+        self._inc = (key, val)
+        return val
+
     def reindex(self) -> None:
         """Rebuild the concatenated (flow, link) incidence after routes change."""
+        self._inc = None
         lens = np.fromiter((len(r) for r in self.routes), dtype=np.int64, count=len(self.routes))
         self.entry_owner = np.repeat(np.arange(len(self.routes)), lens)
         self.entry_link = (np.concatenate(self.routes) if len(self.routes)
@@ -201,7 +223,7 @@ class _Component:
     """Transfers connected through shared links, with their current allocation."""
 
     __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
-                 "target", "transfers", "ulinks")
+                 "starts", "target", "tol", "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -214,6 +236,8 @@ class _Component:
         self.ulinks = np.empty(0, dtype=np.int64)
         self.inv = np.empty(0, dtype=np.int64)
         self.due = np.empty(0, dtype=bool)
+        self.tol = np.empty(0)  # remaining bytes at or below which a flow is done
+        self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
         self.target = None  # remaining bytes of each flow at its next step end (stepped only)
         self.busy = 0.0
 
@@ -522,25 +546,31 @@ class FlowNetwork:
         if cached is not None:
             self.cache_hits += 1
             rate, entry_flow, ulinks, inv = cached
-            slices, n = [], 0
+            slices, tols, n = [], [], 0
             for tr in trs:
-                act = tr.template.all_flows if tr.whole else np.flatnonzero(tr.active)
+                inc = tr.incidence()
+                if inc is None:
+                    act, tol = np.empty(0, dtype=np.int64), np.empty(0)
+                else:
+                    act, tol = inc[0], inc[3]
+                if tr.whole:
+                    act = tr.template.all_flows
                 k = len(act)
                 slices.append((tr, n, n + k, act))
+                tols.append(tol)
                 n += k
             comp.slices = slices
         else:
-            slices, ent_f, ent_l = [], [], []
+            slices, ent_f, ent_l, tols = [], [], [], []
             n = 0
             for tr in trs:
-                act = np.flatnonzero(tr.active)
-                if len(act) == 0:
+                inc = tr.incidence()
+                if inc is None:
                     continue
-                pos = np.empty(len(tr.size), dtype=np.int64)
-                pos[act] = np.arange(n, n + len(act))
-                m = tr.active[tr.entry_owner]
-                ent_f.append(pos[tr.entry_owner[m]])
-                ent_l.append(tr.entry_link[m])
+                act, local, links, tol = inc
+                ent_f.append(local + n if n else local)
+                ent_l.append(links)
+                tols.append(tol)
                 slices.append((tr, n, n + len(act), act))
                 n += len(act)
             comp.slices = slices
@@ -554,6 +584,9 @@ class FlowNetwork:
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         if len(rate) == 0:
             return
+        comp.tol = tols[0] if len(tols) == 1 else np.concatenate(tols)
+        comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
+                                  count=len(comp.slices))
         rems, targets, stepped = [], [], False
         for tr, lo, hi, act in comp.slices:
             rem = tr.remaining[act]
@@ -670,9 +703,16 @@ class FlowNetwork:
         changed = False
         n_flows = len(comp.rate)
         left = 0  # flows that stopped
-        for tr, lo, hi, act in comp.slices:
-            tol = np.maximum(tr.size[act] * _REL_EPS, 1e-6)
-            hit = (tr.remaining[act] <= tol) | comp.due[lo:hi]
+        slices = comp.slices
+        rem = [tr.remaining if tr.whole else tr.remaining[act] for tr, _lo, _hi, act in slices]
+        hit_all = ((rem[0] if len(rem) == 1 else np.concatenate(rem)) <= comp.tol) | comp.due
+        flows_hit = np.flatnonzero(hit_all)
+        # only the slices with a flow done: the others keep their flows and links
+        which = np.unique(np.searchsorted(comp.starts, flows_hit, side="right") - 1).tolist()
+        for j in which:
+            tr, lo, hi, act = slices[j]
+            tol = comp.tol[lo:hi]
+            hit = hit_all[lo:hi]
             done = act[hit]
             if len(done) == 0:
                 continue
