@@ -60,26 +60,24 @@ def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
     rate = np.full(n_flows, np.inf)
     rem = cap.astype(float)
     n_links = len(cap)
-    frozen = np.zeros(n_flows, dtype=bool)
-    live = np.ones(len(entry_flow), dtype=bool)
-    while True:
-        cnt = np.bincount(local[live], minlength=n_links)
+    # the entries of flows not yet frozen, compacted after every level (a frozen flow's
+    # entries all leave at once), so that a level costs what is still live, not every entry
+    ef, lk = entry_flow, local
+    while len(lk):
+        cnt = np.bincount(lk, minlength=n_links)
         used = cnt > 0
-        if not used.any():
-            break
         share = np.full(n_links, np.inf)
         share[used] = rem[used] / cnt[used]
         level = share.min()
         bottleneck = used & (share <= level * (1 + 1e-12))
-        hit = live & bottleneck[local]
         newly = np.zeros(n_flows, dtype=bool)  # a mask, not np.unique: no sort per level
-        newly[entry_flow[hit]] = True
+        newly[ef[bottleneck[lk]]] = True
         rate[newly] = level
-        frozen |= newly
-        leaving = live & frozen[entry_flow]
-        rem -= level * np.bincount(local[leaving], minlength=n_links)
+        leaving = newly[ef]
+        rem -= level * np.bincount(lk[leaving], minlength=n_links)
         np.maximum(rem, 0.0, out=rem)
-        live &= ~leaving
+        stay = ~leaving
+        ef, lk = ef[stay], lk[stay]
     return rate
 
 
