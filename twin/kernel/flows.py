@@ -261,6 +261,11 @@ class FlowNetwork:
         self._templates: dict[Hashable, _Template] = {}
         self._allocs: dict[tuple[int, ...], tuple] = {}
         self.alloc_cache_size = 200_000
+        # and at most this many bytes of cached arrays: without rank symmetry (jitter) the
+        # components are large and their combinations of active flows rarely repeat, so an
+        # unbounded cache held ~10 GB at 4096 devices (a cache miss recomputes the same rates)
+        self.alloc_cache_bytes = 256 * 2**20
+        self._alloc_bytes = 0
         # per-link accounting
         self.link_bytes = np.zeros(len(self.capacity))
         self.link_busy = np.zeros(len(self.capacity))
@@ -578,7 +583,10 @@ class FlowNetwork:
             rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
             self.recomputes += 1
             if key is not None and len(self._allocs) < self.alloc_cache_size:
-                self._allocs[key] = (rate, entry_flow, ulinks, inv)
+                size = rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
+                if self._alloc_bytes + size <= self.alloc_cache_bytes:
+                    self._allocs[key] = (rate, entry_flow, ulinks, inv)
+                    self._alloc_bytes += size
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         if len(rate) == 0:
             return
