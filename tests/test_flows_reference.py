@@ -420,3 +420,18 @@ def test_sub_byte_steps_keep_the_barrier():
     cap = [1.0, 1.0, 1.0]
     ends, _ = engine_run(cap, [ring, *bg])
     assert ends == pytest.approx(fluid(cap, [ring, *bg]), rel=1e-9)
+
+
+def test_a_flow_that_ends_its_step_within_the_step_tolerance_releases_the_barrier():
+    """Flow 1 ends step 1 at t = 1 and is parked; background traffic on link 0 (1 - d bytes)
+    ends when flow 0 is d = 1e-8 B short of its step end: inside the 1e-6-step tolerance of
+    the step count, but no timer marks it done. Flow 0 must still reach the barrier and
+    release flow 1 (both then send step 2 together: done at 3 - d, not 4 - d, and not never)."""
+    d = 1e-8
+    cap = [1.0, 1.0]
+    transfers = [dict(start=0.0, routes=[[0], [1]], sizes=[2.0, 2.0], steps=2),
+                 dict(start=0.0, routes=[[0]], sizes=[1.0 - d])]
+    ends, _ = engine_run(cap, transfers)
+    ref = fluid(cap, transfers)
+    assert ref[0] == pytest.approx(3.0 - d, rel=1e-12)
+    assert ends == pytest.approx(ref, rel=1e-9)

@@ -26,6 +26,7 @@ This module is kernel: it knows links only as array indices with capacities, not
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
@@ -59,26 +60,24 @@ def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
     rate = np.full(n_flows, np.inf)
     rem = cap.astype(float)
     n_links = len(cap)
-    frozen = np.zeros(n_flows, dtype=bool)
-    live = np.ones(len(entry_flow), dtype=bool)
-    while True:
-        cnt = np.bincount(local[live], minlength=n_links)
+    # the entries of flows not yet frozen, compacted after every level (a frozen flow's
+    # entries all leave at once), so that a level costs what is still live, not every entry
+    ef, lk = entry_flow, local
+    while len(lk):
+        cnt = np.bincount(lk, minlength=n_links)
         used = cnt > 0
-        if not used.any():
-            break
         share = np.full(n_links, np.inf)
         share[used] = rem[used] / cnt[used]
         level = share.min()
         bottleneck = used & (share <= level * (1 + 1e-12))
-        hit = live & bottleneck[local]
         newly = np.zeros(n_flows, dtype=bool)  # a mask, not np.unique: no sort per level
-        newly[entry_flow[hit]] = True
+        newly[ef[bottleneck[lk]]] = True
         rate[newly] = level
-        frozen |= newly
-        leaving = live & frozen[entry_flow]
-        rem -= level * np.bincount(local[leaving], minlength=n_links)
+        leaving = newly[ef]
+        rem -= level * np.bincount(lk[leaving], minlength=n_links)
         np.maximum(rem, 0.0, out=rem)
-        live &= ~leaving
+        stay = ~leaving
+        ef, lk = ef[stay], lk[stay]
     return rate
 
 
@@ -135,6 +134,7 @@ class Transfer:
         self.template = template
         self.comp: _Component | None = None
         self.whole = False  # every flow still active on its original route
+        self._inc: tuple | None = None  # (active mask bytes, incidence()) of the last call
         if template is not None and template.routed:
             self.whole = True
             self.active = np.ones(len(size), dtype=bool)
@@ -156,8 +156,29 @@ class Transfer:
                 self._done.succeed(self)
         return self._done
 
+    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(active flows, entry flow as index into them, entry link, done tolerance)`` of
+        the active flows' (flow, link) entries, bytes; None when no flow is active. Cached
+        until the active set (or, through :meth:`reindex`, the routes) changes: a component
+        asks for it at every change of its rates, mostly with the same flows active."""
+        key = self.active.tobytes()
+        c = self._inc
+        if c is not None and c[0] == key:
+            return c[1]
+        act = np.flatnonzero(self.active)
+        val = None
+        if len(act):
+            pos = np.empty(len(self.size), dtype=np.int64)
+            pos[act] = np.arange(len(act))
+            m = self.active[self.entry_owner]
+            val = (act, pos[self.entry_owner[m]], self.entry_link[m],
+                   np.maximum(self.size[act] * _REL_EPS, 1e-6))
+        self._inc = (key, val)
+        return val
+
     def reindex(self) -> None:
         """Rebuild the concatenated (flow, link) incidence after routes change."""
+        self._inc = None
         lens = np.fromiter((len(r) for r in self.routes), dtype=np.int64, count=len(self.routes))
         self.entry_owner = np.repeat(np.arange(len(self.routes)), lens)
         self.entry_link = (np.concatenate(self.routes) if len(self.routes)
@@ -200,7 +221,7 @@ class _Component:
     """Transfers connected through shared links, with their current allocation."""
 
     __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
-                 "target", "transfers", "ulinks")
+                 "starts", "target", "tol", "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -213,6 +234,8 @@ class _Component:
         self.ulinks = np.empty(0, dtype=np.int64)
         self.inv = np.empty(0, dtype=np.int64)
         self.due = np.empty(0, dtype=bool)
+        self.tol = np.empty(0)  # remaining bytes at or below which a flow is done
+        self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
         self.target = None  # remaining bytes of each flow at its next step end (stepped only)
         self.busy = 0.0
 
@@ -238,6 +261,11 @@ class FlowNetwork:
         self._templates: dict[Hashable, _Template] = {}
         self._allocs: dict[tuple[int, ...], tuple] = {}
         self.alloc_cache_size = 200_000
+        # and at most this many bytes of cached arrays: without rank symmetry (jitter) the
+        # components are large and their combinations of active flows rarely repeat, so an
+        # unbounded cache held ~10 GB at 4096 devices (a cache miss recomputes the same rates)
+        self.alloc_cache_bytes = 256 * 2**20
+        self._alloc_bytes = 0
         # per-link accounting
         self.link_bytes = np.zeros(len(self.capacity))
         self.link_busy = np.zeros(len(self.capacity))
@@ -521,25 +549,31 @@ class FlowNetwork:
         if cached is not None:
             self.cache_hits += 1
             rate, entry_flow, ulinks, inv = cached
-            slices, n = [], 0
+            slices, tols, n = [], [], 0
             for tr in trs:
-                act = tr.template.all_flows if tr.whole else np.flatnonzero(tr.active)
+                inc = tr.incidence()
+                if inc is None:
+                    act, tol = np.empty(0, dtype=np.int64), np.empty(0)
+                else:
+                    act, tol = inc[0], inc[3]
+                if tr.whole:
+                    act = tr.template.all_flows
                 k = len(act)
                 slices.append((tr, n, n + k, act))
+                tols.append(tol)
                 n += k
             comp.slices = slices
         else:
-            slices, ent_f, ent_l = [], [], []
+            slices, ent_f, ent_l, tols = [], [], [], []
             n = 0
             for tr in trs:
-                act = np.flatnonzero(tr.active)
-                if len(act) == 0:
+                inc = tr.incidence()
+                if inc is None:
                     continue
-                pos = np.empty(len(tr.size), dtype=np.int64)
-                pos[act] = np.arange(n, n + len(act))
-                m = tr.active[tr.entry_owner]
-                ent_f.append(pos[tr.entry_owner[m]])
-                ent_l.append(tr.entry_link[m])
+                act, local, links, tol = inc
+                ent_f.append(local + n if n else local)
+                ent_l.append(links)
+                tols.append(tol)
                 slices.append((tr, n, n + len(act), act))
                 n += len(act)
             comp.slices = slices
@@ -549,10 +583,16 @@ class FlowNetwork:
             rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
             self.recomputes += 1
             if key is not None and len(self._allocs) < self.alloc_cache_size:
-                self._allocs[key] = (rate, entry_flow, ulinks, inv)
+                size = rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
+                if self._alloc_bytes + size <= self.alloc_cache_bytes:
+                    self._allocs[key] = (rate, entry_flow, ulinks, inv)
+                    self._alloc_bytes += size
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         if len(rate) == 0:
             return
+        comp.tol = tols[0] if len(tols) == 1 else np.concatenate(tols)
+        comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
+                                  count=len(comp.slices))
         rems, targets, stepped = [], [], False
         for tr, lo, hi, act in comp.slices:
             rem = tr.remaining[act]
@@ -579,20 +619,49 @@ class FlowNetwork:
     def _step_target(tr: Transfer, act: np.ndarray, rate: np.ndarray) -> np.ndarray | None:
         """Remaining bytes of ``tr``'s active flows at the end of the current step, or None
         when every unfinished flow is active and all take the same time per step and to the
-        end of the step (they then stay in step without per-step events)."""
-        if tr.uniform and len(act) == len(tr.size):  # the common case, checked cheaply
-            rem = tr.remaining
-            if (rate.max() - rate.min() <= 1e-9 * rate.max()
-                    and rem.max() - rem.min() <= 1e-9 * tr.step_size[0]):
+        end of the step (they then stay in step without per-step events).
+
+        Called for every stepped transfer of a component at every change of its rates, on a
+        few (tens of) flows: plain Python floats, not NumPy reductions (the same float64
+        operations in the same order, so the same results to the last bit)."""
+        rl = rate.tolist()
+        rem = tr.remaining.tolist()
+        if tr.uniform and len(act) == len(rem):  # the common case, checked cheaply
+            r_max = max(rl)
+            if (r_max - min(rl) <= 1e-9 * r_max
+                    and max(rem) - min(rem) <= 1e-9 * float(tr.step_size[0])):
                 return None
-        left = tr.steps_left()
-        pending = tr.remaining > 0
-        top = left[pending].max() if pending.any() else 0.0
-        target = (top - 1.0) * tr.step_size[act]
-        if len(act) == int(pending.sum()):
-            t_step = tr.step_size[act] / rate
-            t_end = (tr.remaining[act] - target) / rate
-            if (np.ptp(t_step) <= 1e-9 * t_step.max() and np.ptp(t_end) <= 1e-9 * t_step.max()):
+        per = tr._per_step.tolist()
+        parked = tr.parked.tolist()
+        top = 0.0
+        wait = -1.0  # step count of the parked flows (-1: none)
+        n_pending = 0
+        for r, p, pk in zip(rem, per, parked, strict=True):
+            if r > 0:  # pending; steps left as in Transfer.steps_left
+                q = max(math.ceil(r * p - 1e-6), 0.0)
+                n_pending += 1
+                if q > top:
+                    top = q
+                if pk and q > wait:
+                    wait = q
+        if wait >= 0.0 and wait + 1.0 > top:
+            # Parked flows wait at the end of their step for the active ones. An active flow
+            # that drained to within the step count's tolerance of that end (a timer of
+            # another flow left it there) has arrived but was not marked done: its target is
+            # that end (a remainder of < 1e-6 step), so its timer marks it done and releases
+            # the barrier, instead of letting it run on into the next step alone.
+            top = wait + 1.0
+        step = tr.step_size[act]
+        target = (top - 1.0) * step
+        if len(act) == n_pending:
+            sl = step.tolist()
+            tl = target.tolist()
+            ra = tr.remaining[act].tolist()
+            t_step = [s / r for s, r in zip(sl, rl, strict=True)]
+            t_end = [(x - t) / r for x, t, r in zip(ra, tl, rl, strict=True)]
+            ts_max = max(t_step)
+            if (ts_max - min(t_step) <= 1e-9 * ts_max
+                    and max(t_end) - min(t_end) <= 1e-9 * ts_max):
                 return None
         return target
 
@@ -640,9 +709,16 @@ class FlowNetwork:
         changed = False
         n_flows = len(comp.rate)
         left = 0  # flows that stopped
-        for tr, lo, hi, act in comp.slices:
-            tol = np.maximum(tr.size[act] * _REL_EPS, 1e-6)
-            hit = (tr.remaining[act] <= tol) | comp.due[lo:hi]
+        slices = comp.slices
+        rem = [tr.remaining if tr.whole else tr.remaining[act] for tr, _lo, _hi, act in slices]
+        hit_all = ((rem[0] if len(rem) == 1 else np.concatenate(rem)) <= comp.tol) | comp.due
+        flows_hit = np.flatnonzero(hit_all)
+        # only the slices with a flow done: the others keep their flows and links
+        which = np.unique(np.searchsorted(comp.starts, flows_hit, side="right") - 1).tolist()
+        for j in which:
+            tr, lo, hi, act = slices[j]
+            tol = comp.tol[lo:hi]
+            hit = hit_all[lo:hi]
             done = act[hit]
             if len(done) == 0:
                 continue
