@@ -355,3 +355,80 @@ def test_power_cap_plans_the_fastest_p_state_whose_blocks_fit():
         seen_mid |= bool(fits) and 0 < fits[0]
         assert setup.cap_ps[0] == expect, cap
     assert seen_mid  # (on H100 no feasible cap is below every P-state of these blocks)
+
+
+def _two_state_h100() -> DeviceSpec:
+    """H100 with only its two fastest P-states (both high voltage): every block draws far more
+    than idle at either, so a cap between the two exists that no P-state meets."""
+    states = sorted(device("h100-sxm").p_states, key=lambda p: -p[0])[:2]
+    return device("h100-sxm", p_states=states)
+
+
+def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature():
+    """``power.cap_w`` below what the board draws idle at the lowest P-state, or during a clock
+    transition (idle at the top voltage + the rail charge ``C/2 |V0^2 - V1^2|`` spread over the
+    latency), both at the temperature limit, is refused; just above it is accepted. Reference:
+    the catalog definitions solved with brentq and the capacitor law written here."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, _dyn = ref_unknowns(s, reg)
+    (_f0, v0), (_f1, v1) = sorted(s.p_states, key=lambda p: -p[0])
+    t = s.temp_limit_c
+    idle_low = reg.input_power(base + ref_leak(s, v1, t))
+    rail_j = 0.5 * s.regulator_capacitance_mf * 1e-3 * abs(v0 ** 2 - v1 ** 2)
+    transition = reg.input_power(base + ref_leak(s, v0, t)) + rail_j / (s.dvfs_transition_us
+                                                                         * 1e-6)
+    assert transition > idle_low + 1.0  # the transition sets the floor on this device
+    blocks = _blocks()[:3]
+    for cap in (transition * (1 - 1e-6), 0.5 * (idle_low + transition)):
+        with pytest.raises(InfeasibleConfig):
+            PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm, stage_blocks={0: blocks})
+    PowerSetup(PowerSpec.model_validate({"cap_w": transition * (1 + 1e-6)}), cm,
+               stage_blocks={0: blocks})
+
+
+def test_cap_below_every_p_state_falls_back_to_the_slowest():
+    """A feasible cap that no P-state's blocks meet: the stage runs at the slowest P-state (the
+    blocks are then stretched at run time), checked against the reference board power."""
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    f_top, v_top = states[0]
+    blocks = _blocks()[:3]
+    cap = 300.0
+    for f, v in states:
+        highest = max(reg.input_power(
+            (lambda d, e_dyn, e_hbm: (e_dyn + e_hbm) / d)(*ref_block_energy(
+                s, b, dyn, f_top / f, v / v_top)) + base + ref_leak(s, v, s.temp_limit_c))
+            for b in blocks)
+        assert highest > cap  # some block exceeds the cap at every P-state
+    setup = PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm,
+                       stage_blocks={0: blocks, 1: blocks[:1]})
+    assert setup.cap_ps == {0: len(states) - 1, 1: len(states) - 1}
+
+
+@pytest.mark.parametrize("enabled,throttle,thermal_data,needed", [
+    (True, True, True, True), (False, True, True, False), (True, False, True, False),
+    (True, True, False, False), (False, False, True, False)])
+def test_a_transition_latency_is_required_only_when_the_clock_can_change(
+        enabled, throttle, thermal_data, needed):
+    """Without the device's ``dvfs_transition_us`` (and no ``transition_latency_us``), the run
+    is refused exactly when something changes clocks at run time: here the thermal throttle,
+    which needs the thermal model on, throttling on and the device's thermal data."""
+    from devices.power import check_power
+
+    over = {"dvfs_transition_us": None}
+    if not thermal_data:
+        over.update(thermal_r_k_per_w=None, thermal_c_j_per_k=None, temp_limit_c=None)
+    s = device("h100-sxm", **over)
+    spec = PowerSpec.model_validate({"thermal": {"enabled": enabled, "throttle": throttle}})
+    paths = [p.path for p in check_power(spec, s, 1)]
+    assert ("power.dvfs.transition_latency_us" in paths) == needed, paths
+    with_latency = PowerSpec.model_validate({"thermal": {"enabled": enabled, "throttle": throttle},
+                                             "dvfs": {"transition_latency_us": 20.0}})
+    assert check_power(with_latency, s, 1) == []
