@@ -432,3 +432,135 @@ def test_a_transition_latency_is_required_only_when_the_clock_can_change(
     with_latency = PowerSpec.model_validate({"thermal": {"enabled": enabled, "throttle": throttle},
                                              "dvfs": {"transition_latency_us": 20.0}})
     assert check_power(with_latency, s, 1) == []
+
+
+_NO_LAT = {"dvfs_transition_us": None}
+_COOL = {"thermal": {"enabled": False}}
+
+
+@pytest.mark.parametrize("dev,over,power,pp,expect", [
+    ("h100-sxm", {}, {}, 1, []),
+    ("h100-sxm", {}, {"dvfs": {"frequency_mhz": 1000.0}}, 1, ["power.dvfs.frequency_mhz"]),
+    ("h100-sxm", {}, {"dvfs": {"frequency_mhz": 1980.0, "wait_frequency_mhz": 810.0}}, 1, []),
+    ("h100-sxm", {}, {"dvfs": {"wait_frequency_mhz": 800.0}}, 1,
+     ["power.dvfs.wait_frequency_mhz"]),
+    ("basic", {}, {"dvfs": {"frequency_mhz": 1980.0}}, 1, ["power.dvfs.frequency_mhz"]),
+    ("basic", {}, {"dvfs": {"policy": "stage_plan"}}, 2, ["power.dvfs.policy"]),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan", "stage_frequency_mhz": [1980.0]}}, 2,
+     ["power.dvfs.stage_frequency_mhz"]),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan",
+                               "stage_frequency_mhz": [1980.0, 1000.0]}}, 2,
+     ["power.dvfs.stage_frequency_mhz.1"]),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan",
+                               "stage_frequency_mhz": [1980.0, 810.0]}}, 2, []),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan"}}, 2, []),
+    ("h100-sxm", _NO_LAT, {**_COOL, "dvfs": {"bubble_downclock": True}}, 1,
+     ["power.dvfs.transition_latency_us"]),
+    ("h100-sxm", _NO_LAT, {**_COOL, "manager": {"budget_w": 5000.0}}, 1,
+     ["power.dvfs.transition_latency_us"]),
+    ("h100-sxm", _NO_LAT, _COOL, 1, []),
+    ("h100-sxm", _NO_LAT, {**_COOL, "manager": {"budget_w": 5000.0},
+                           "dvfs": {"transition_latency_us": 30.0}}, 1, []),
+    ("basic", {}, {"dvfs": {"bubble_downclock": True}}, 1, ["power.dvfs.bubble_downclock"]),
+    ("basic", {}, {"manager": {"budget_w": 5000.0}}, 1, ["power.manager.budget_w"]),
+    ("basic", {}, {"manager": {"initial_frequency_mhz": 5000.0}}, 1, []),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 5000.0}}, 1,
+     ["power.manager.initial_frequency_mhz"]),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 800.0}}, 1,
+     ["power.manager.initial_frequency_mhz"]),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 810.0}}, 1, []),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 1980.0}}, 1, []),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 1200.0}}, 1, []),
+])
+def test_power_section_problems_name_exactly_the_offending_fields(dev, over, power, pp, expect):
+    """``check_power``: each option that does not fit the device (a clock that is not one of
+    its P-states, a policy or manager without a P-state table, one clock per stage, a clock
+    change without a transition latency, a manager start clock outside the clock range) is
+    reported under its own field path, and nothing else is; an H100's P-states span
+    810-1980 MHz, the basic device has none and no thermal data."""
+    from devices.power import check_power
+
+    s = device("h100-sxm", basic=True) if dev == "basic" else device(dev, **over)
+    got = [p.path for p in check_power(PowerSpec.model_validate(power), s, pp)]
+    assert got == expect
+
+
+def test_transition_power_is_the_rail_charge_over_the_latency():
+    """Extra board power while the clock moves ``ps0 -> ps1``: the core rail's capacitor
+    ``C/2 |V0^2 - V1^2|`` charged or drained over the transition latency (0 between equal
+    voltages, and 0 on a device without a published latency)."""
+    from devices.power import DevicePower
+
+    s = device("h100-sxm")
+    dev = DevicePower(s)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    c_f, lat_s = s.regulator_capacitance_mf * 1e-3, s.dvfs_transition_us * 1e-6
+    for a, b in ((0, len(states) - 1), (len(states) - 1, 0), (0, 1), (11, 13)):
+        expect = 0.5 * c_f * abs(states[a][1] ** 2 - states[b][1] ** 2) / lat_s
+        assert dev.transition_w(a, b) == pytest.approx(expect, rel=1e-12)
+    assert dev.transition_w(0, len(states) - 1) > 1.0
+    assert DevicePower(device("h100-sxm", dvfs_transition_us=None)).transition_w(0, 5) == 0.0
+
+
+@pytest.mark.parametrize("margin_w,ok", [(0.5, True), (-0.5, False)])
+def test_idle_w_must_cover_leakage_and_regulator_loss(margin_w, ok):
+    """A device whose ``idle_w`` leaves base power ``margin_w`` above zero is accepted, below
+    zero refused: idle_w built from the definition (regulator input for base + leakage at the
+    lowest P-state and the leakage reference temperature)."""
+    from pydantic import ValidationError
+
+    from devices.power import DevicePower
+
+    s = device("h100-sxm")
+    reg = DevicePower(s).regulator  # depends on tdp_w, not on idle_w
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    idle = reg.input_power(margin_w + ref_leak(s, v_low, s.leakage_ref_c))
+    if ok:
+        assert DevicePower(device("h100-sxm", idle_w=idle)).base_w == pytest.approx(margin_w,
+                                                                                     abs=1e-6)
+    else:
+        with pytest.raises(ValidationError, match="idle_w"):
+            device("h100-sxm", idle_w=idle)
+
+
+@pytest.mark.parametrize("margin_w,ok", [(0.5, True), (-0.5, False)])
+def test_tdp_w_must_leave_dynamic_power(margin_w, ok):
+    """``tdp_w`` with full dynamic power ``margin_w`` above / below zero is accepted / refused:
+    tdp_w solved with brentq so that regulator output(tdp) - base - leakage(top, T_limit) =
+    margin (the regulator curve is scaled by tdp_w, so it is rebuilt for every candidate)."""
+    from pydantic import ValidationError
+
+    from devices.regulator import VoltageRegulator
+
+    s = device("h100-sxm")
+    v_top = max(s.p_states, key=lambda p: p[0])[1]
+    leak_idle = ref_leak(s, min(s.p_states, key=lambda p: p[0])[1], s.leakage_ref_c)
+
+    def dyn(tdp: float) -> float:
+        reg = VoltageRegulator(s.regulator_efficiency, tdp, None, 0.0)
+        base = brentq(lambda b: reg.input_power(b + leak_idle) - s.idle_w, -s.idle_w,
+                      s.idle_w, xtol=1e-12)
+        return reg.output_for_input(tdp) - base - ref_leak(s, v_top, s.temp_limit_c) - margin_w
+
+    tdp = brentq(dyn, s.idle_w, s.tdp_w, xtol=1e-9)
+    if ok:
+        device("h100-sxm", tdp_w=tdp)
+    else:
+        with pytest.raises(ValidationError, match="tdp_w"):
+            device("h100-sxm", tdp_w=tdp)
+
+
+@pytest.mark.parametrize("cap_w,ok", [(0.6, True), (0.4, False)])
+def test_a_cap_just_above_a_sub_watt_idle_board_is_feasible(cap_w, ok):
+    """A board without P-states or a transition latency (basic model) that idles at 0.5 W:
+    the cap floor is its idle power alone, so 0.6 W is feasible and 0.4 W is not."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = device("h100-sxm", basic=True, idle_w=0.5)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    spec = PowerSpec.model_validate({"cap_w": cap_w})
+    if ok:
+        PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+    else:
+        with pytest.raises(InfeasibleConfig):
+            PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
