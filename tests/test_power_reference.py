@@ -564,3 +564,20 @@ def test_a_cap_just_above_a_sub_watt_idle_board_is_feasible(cap_w, ok):
     else:
         with pytest.raises(InfeasibleConfig):
             PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+
+
+def test_design_power_is_the_alert_figure_else_the_budget_else_boards_plus_links():
+    """``power.alerts.design_power_w`` (README key table): given, else the manager budget,
+    else devices x tdp_w + the links' idle power (one device when the count is not given)."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    blocks = {0: _blocks()[:1]}
+    assert PowerSetup(PowerSpec(), cm, blocks, devices=8).design_power_w(40.0) == \
+        pytest.approx(8 * s.tdp_w + 40.0, rel=1e-15)
+    assert PowerSetup(PowerSpec(), cm, blocks).design_power_w(40.0) == \
+        pytest.approx(s.tdp_w + 40.0, rel=1e-15)
+    budget = PowerSpec.model_validate({"manager": {"budget_w": 3000.0}})
+    assert PowerSetup(budget, cm, blocks, devices=8).design_power_w(40.0) == 3000.0
+    both = PowerSpec.model_validate({"manager": {"budget_w": 3000.0},
+                                     "alerts": {"design_power_w": 2500.0}})
+    assert PowerSetup(both, cm, blocks, devices=8).design_power_w(40.0) == 2500.0
