@@ -481,8 +481,28 @@ def test_power_section_problems_name_exactly_the_offending_fields(dev, over, pow
     from devices.power import check_power
 
     s = device("h100-sxm", basic=True) if dev == "basic" else device(dev, **over)
-    got = [p.path for p in check_power(PowerSpec.model_validate(power), s, pp)]
-    assert got == expect
+    problems = check_power(PowerSpec.model_validate(power), s, pp)
+    assert [p.path for p in problems] == expect
+    for p in problems:  # each names the value given at its path
+        node = {"power": power}
+        for part in p.path.split("."):
+            node = node[int(part)] if isinstance(node, list) else node.get(part) \
+                if isinstance(node, dict) else None
+        if node is not None:
+            assert p.value == node, p
+
+
+def test_device_power_fields_that_come_together_name_the_missing_ones():
+    """Leakage (or thermal) fields are all given or none: a partial group is refused, the
+    message naming the given and the missing fields."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        device("h100-sxm", leakage_per_k=None)
+    msg = str(err.value)
+    assert "leakage_per_k missing" in msg and "leakage_w, leakage_ref_c" in msg
+    with pytest.raises(ValidationError, match="temp_limit_c missing"):
+        device("h100-sxm", temp_limit_c=None)
 
 
 def test_transition_power_is_the_rail_charge_over_the_latency():
@@ -500,6 +520,8 @@ def test_transition_power_is_the_rail_charge_over_the_latency():
         assert dev.transition_w(a, b) == pytest.approx(expect, rel=1e-12)
     assert dev.transition_w(0, len(states) - 1) > 1.0
     assert DevicePower(device("h100-sxm", dvfs_transition_us=None)).transition_w(0, 5) == 0.0
+    assert DevicePower(device("h100-sxm", regulator_capacitance_mf=None)).transition_w(0, 5) \
+        == 0.0  # no published rail capacitance: no charge to move
 
 
 @pytest.mark.parametrize("margin_w,ok", [(0.5, True), (-0.5, False)])
@@ -581,3 +603,69 @@ def test_design_power_is_the_alert_figure_else_the_budget_else_boards_plus_links
     both = PowerSpec.model_validate({"manager": {"budget_w": 3000.0},
                                      "alerts": {"design_power_w": 2500.0}})
     assert PowerSetup(both, cm, blocks, devices=8).design_power_w(40.0) == 2500.0
+
+
+def test_a_basic_device_has_one_operating_point_at_its_clock():
+    """Without a P-state table the device runs at its catalog clock_mhz at nominal voltage."""
+    from devices.power import DevicePower
+
+    s = device("h100-sxm", basic=True)
+    dev = DevicePower(s)
+    assert (dev.mhz, dev.volts, dev.n_states) == ([s.clock_mhz], [1.0], 1)
+    assert dev.state_of(s.clock_mhz) == 0 and dev.math_scale == [1.0]
+
+
+def test_power_schema_bounds_are_the_documented_ones():
+    """README key table: ``power.alerts.window_s`` >= 1e-6 s and finite,
+    ``power.alerts.mfu_iterations`` >= 1."""
+    from pydantic import ValidationError
+
+    for ok in ({"window_s": 1e-6}, {"window_s": 1.5e-6}, {"mfu_iterations": 1}):
+        PowerSpec.model_validate({"alerts": ok})
+    for bad in ({"window_s": 0.9e-6}, {"window_s": float("inf")}, {"mfu_iterations": 0}):
+        with pytest.raises(ValidationError):
+            PowerSpec.model_validate({"alerts": bad})
+
+
+def test_a_warm_start_above_the_limit_starts_at_the_limit():
+    """``thermal.initial: warm``: the steady state of the stage's blocks at the top clock,
+    ``T = T_amb + R (P_idle(T) + P_dyn)`` (fixed point written here), clipped at the throttle
+    limit when the load would heat the die beyond it (the throttle holds it there); an idle
+    start is never clipped (the idle steady state is far below the limit)."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    blocks = [b for b in _blocks() if any(k.gemm for k in b.kernels)][:1]
+    d, e_dyn, e_hbm = ref_block_energy(s, blocks[0], dyn)
+    warm_w = (e_dyn + e_hbm) / d
+    v_top = max(s.p_states, key=lambda p: p[0])[1]
+    amb = 45.0
+    t = amb
+    for _ in range(200):
+        t = amb + s.thermal_r_k_per_w * (base + ref_leak(s, v_top, t) + warm_w)
+    assert t > s.temp_limit_c + 1.0  # the load alone would heat the die past the limit
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"ambient_c": amb}}), cm,
+                       stage_blocks={0: blocks})
+    assert setup.initial_temp_c(stage=0) == pytest.approx(s.temp_limit_c, abs=1e-9)
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    t_idle = amb
+    for _ in range(200):
+        t_idle = amb + s.thermal_r_k_per_w * (base + ref_leak(s, v_low, t_idle))
+    assert setup.initial_temp_c() == pytest.approx(t_idle, rel=1e-9)
+
+
+def test_an_idle_start_is_the_idle_steady_state_at_the_lowest_p_state():
+    """``thermal.initial: idle``: the fixed point of ``T = T_amb + R (P_base + leak(V_low, T))``
+    at the lowest P-state's voltage (on a two-state H100, 1.02 V, not the top state's 1.08)."""
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    base, _ = ref_unknowns(s, cm.power.regulator)
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    t = 25.0
+    for _ in range(200):
+        t = 25.0 + s.thermal_r_k_per_w * (base + ref_leak(s, v_low, t))
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"initial": "idle"}}), cm,
+                       stage_blocks={0: _blocks()[:1]})
+    assert setup.initial_temp_c(stage=0) == pytest.approx(t, rel=1e-9)
+    assert setup.initial_temp_c() == pytest.approx(t, rel=1e-9)
