@@ -669,3 +669,56 @@ def test_an_idle_start_is_the_idle_steady_state_at_the_lowest_p_state():
                        stage_blocks={0: _blocks()[:1]})
     assert setup.initial_temp_c(stage=0) == pytest.approx(t, rel=1e-9)
     assert setup.initial_temp_c() == pytest.approx(t, rel=1e-9)
+
+
+@pytest.mark.parametrize("factor,ok", [(1 + 1e-6, True), (1 - 1e-6, False)])
+def test_without_transitions_the_cap_floor_is_idle_at_the_lowest_p_state(factor, ok):
+    """No transition latency (and nothing that changes clocks: throttling off): the cap floor
+    is the board's idle power at the lowest P-state (1.02 V on the two-state H100) at the
+    temperature limit, from the catalog definitions."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = device("h100-sxm", p_states=_two_state_h100().p_states, dvfs_transition_us=None)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, _ = ref_unknowns(s, reg)
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    floor = reg.input_power(base + ref_leak(s, v_low, s.temp_limit_c))
+    spec = PowerSpec.model_validate({"cap_w": floor * factor, "thermal": {"throttle": False}})
+    if ok:
+        PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+    else:
+        with pytest.raises(InfeasibleConfig):
+            PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+
+
+def test_bubble_clock_defaults_to_the_lowest_p_state():
+    """``power.dvfs.wait_frequency_mhz`` default (README): the lowest P-state."""
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    setup = PowerSetup(PowerSpec.model_validate({"dvfs": {"bubble_downclock": True}}), cm,
+                       stage_blocks={0: _blocks()[:1]})
+    assert setup.dev.mhz[setup.wait_ps] == min(f for f, _ in s.p_states)
+    h = device("h100-sxm")
+    cm = ComputeModel(h, "bf16", h.hbm_pj_per_bit)
+    setup = PowerSetup(PowerSpec.model_validate({"dvfs": {"bubble_downclock": True}}), cm,
+                       stage_blocks={0: _blocks()[:1]})
+    assert setup.dev.mhz[setup.wait_ps] == 810.0
+
+
+def test_p_states_are_ordered_by_clock_whatever_order_the_catalog_lists_them():
+    """A P-state table given slowest first (equal voltages at the bottom, as on H100) is the
+    same device: fastest first by clock, ties in voltage do not reorder clocks; a voltage that
+    rises as the clock falls is refused."""
+    from pydantic import ValidationError
+
+    from devices.power import DevicePower
+
+    s = device("h100-sxm")
+    fastest_first = DevicePower(s)
+    slowest_first = DevicePower(device("h100-sxm", p_states=sorted(s.p_states)))
+    assert slowest_first.mhz == fastest_first.mhz == sorted((f for f, _ in s.p_states),
+                                                            reverse=True)
+    assert slowest_first.volts == fastest_first.volts
+    with pytest.raises(ValidationError, match="must not rise"):
+        device("h100-sxm", p_states=[(1980.0, 1.0), (1890.0, 1.05)])
