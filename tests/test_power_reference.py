@@ -364,18 +364,20 @@ def _two_state_h100() -> DeviceSpec:
     return device("h100-sxm", p_states=states)
 
 
-def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature():
+@pytest.mark.parametrize("two_states", [True, False])
+def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
     """``power.cap_w`` below what the board draws idle at the lowest P-state, or during a clock
     transition (idle at the top voltage + the rail charge ``C/2 |V0^2 - V1^2|`` spread over the
     latency), both at the temperature limit, is refused; just above it is accepted. Reference:
     the catalog definitions solved with brentq and the capacitor law written here."""
     from twin.kernel.errors import InfeasibleConfig
 
-    s = _two_state_h100()
+    s = _two_state_h100() if two_states else device("h100-sxm")
     cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
     reg = cm.power.regulator
     base, _dyn = ref_unknowns(s, reg)
-    (_f0, v0), (_f1, v1) = sorted(s.p_states, key=lambda p: -p[0])
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    v0, v1 = states[0][1], states[-1][1]  # the widest swing: top and lowest voltage
     t = s.temp_limit_c
     idle_low = reg.input_power(base + ref_leak(s, v1, t))
     rail_j = 0.5 * s.regulator_capacitance_mf * 1e-3 * abs(v0 ** 2 - v1 ** 2)
