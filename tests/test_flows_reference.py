@@ -472,7 +472,8 @@ def test_flows_in_step_wait_for_a_cut_flow_of_the_same_step():
     assert ends == pytest.approx(ref, rel=1e-9)
 
 
-def test_flows_with_equal_step_times_out_of_step_keep_the_barrier():
+@pytest.mark.parametrize("speed", [1.0, 1e5])
+def test_flows_with_equal_step_times_out_of_step_keep_the_barrier(speed):
     """Flow 0 (20 B, steps of 10 B, link of 10 B/s) and flow 1 (40 B, steps of 20 B, 20 B/s)
     both take 1 s per step. Background traffic halves flow 0's rate until t = 6/7: flow 0 then
     has 5.71 B to its step end (0.57 s), flow 1 2.86 B (0.14 s): not in step (although bytes
@@ -480,24 +481,25 @@ def test_flows_with_equal_step_times_out_of_step_keep_the_barrier():
     from t = 1.05 has the link to itself meanwhile."""
     tr = dict(start=0.0, routes=[[0], [1]], sizes=[20.0, 40.0], steps=2)
     bg = dict(start=0.0, routes=[[0]], sizes=[30.0 / 7.0])
-    probe = dict(start=1.05, routes=[[1]], sizes=[2.0])
-    cap = [10.0, 20.0]
+    probe = dict(start=1.05 / speed, routes=[[1]], sizes=[2.0])
+    cap = [10.0 * speed, 20.0 * speed]  # speed 1e5: 10 us steps, the scale of real collectives
     ends, _ = engine_run(cap, [tr, bg, probe])
     ref = fluid(cap, [tr, bg, probe])
-    assert ref[2] == pytest.approx(1.15, rel=1e-9)
+    assert ref[2] == pytest.approx(1.15 / speed, rel=1e-9)
     assert ends == pytest.approx(ref, rel=1e-9)
 
 
-def test_flows_that_end_a_step_together_but_step_at_different_speeds_keep_the_barrier():
+@pytest.mark.parametrize("speed", [1.0, 1e5])
+def test_flows_that_end_a_step_together_but_step_at_different_speeds_keep_the_barrier(speed):
     """Two 30 B flows in 3 steps on links of 10 and 20 B/s; three background flows hold flow 1
     at 5 B/s until t = 2/3, when both are 1/3 s from the end of step 1 (in step now, but their
     steps take 1 s and 0.5 s). Flow 1 must wait at every later step end: it parks at 1.5 until
     2.0, and a probe on link 1 from 1.6 has the link to itself (done at 1.7)."""
     tr = dict(start=0.0, routes=[[0], [1]], sizes=[30.0, 30.0], steps=3)
     bg = [dict(start=0.0, routes=[[1]], sizes=[10.0 / 3.0]) for _ in range(3)]
-    probe = dict(start=1.6, routes=[[1]], sizes=[2.0])
-    cap = [10.0, 20.0]
+    probe = dict(start=1.6 / speed, routes=[[1]], sizes=[2.0])
+    cap = [10.0 * speed, 20.0 * speed]
     ends, _ = engine_run(cap, [tr, *bg, probe])
     ref = fluid(cap, [tr, *bg, probe])
-    assert ref[-1] == pytest.approx(1.7, rel=1e-9)
+    assert ref[-1] == pytest.approx(1.7 / speed, rel=1e-9)
     assert ends == pytest.approx(ref, rel=1e-9)
