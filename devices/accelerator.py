@@ -128,13 +128,14 @@ class ComputeModel:
         FlashAttention kernels), or the vector (CUDA-core / VPU) peak for element-wise ones."""
         if not kernel.gemm:
             return self.vector_flops_per_s
-        key = (kernel.precision or self.precision, kernel.fused)
+        key = (kernel.precision or self.precision, kernel.fused, kernel.impl)
         r = self._rates.get(key)
         if r is None:
             prec = key[0] if self.spec.supports(key[0]) else self.precision
             r = self.spec.achievable_flops(prec)
             if kernel.fused is not None:
-                r = self.spec.peak_flops(prec) * self.spec.attention_fraction(kernel.fused)
+                r = self.spec.peak_flops(prec) * self.spec.attention_fraction(kernel.fused,
+                                                                              kernel.impl)
             self._rates[key] = r
         return r
 

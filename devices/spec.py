@@ -63,7 +63,13 @@ class DeviceSpec(StrictModel):
                                  "fraction of the dynamic power of dense tensor-core GEMMs")
     attention_efficiency: dict[Literal["fwd", "bwd"], Fraction] | None = Field(
         default=None, description="fused (FlashAttention) kernels: achieved fraction of the "
-                                  "GEMM peak, forward and backward (None: matmul_efficiency)")
+                                  "GEMM peak, forward and backward, of the best fused kernel "
+                                  "for this device (`workload.attention: flash`; None: "
+                                  "matmul_efficiency)")
+    attention_kernels: dict[str, dict[Literal["fwd", "bwd"], Fraction]] | None = Field(
+        default=None, description="named fused-attention implementations (flash1, flash2, "
+                                  "triton, ...): achieved fraction of the GEMM peak, forward and "
+                                  "backward, for `workload.attention: <name>`")
     hbm_gb: PositiveFloat = Field(description="HBM capacity, 1e9 bytes")
     hbm_bandwidth_gbps: PositiveFloat = Field(description="peak HBM bandwidth, GB/s")
     memory_efficiency: Fraction = Field(
@@ -148,11 +154,20 @@ class DeviceSpec(StrictModel):
         raise ValueError(f"device {self.name}: no vector_tflops and no fp32 peak_tflops for "
                          "element-wise kernels")
 
-    def attention_fraction(self, direction: str) -> float:
-        """Achieved fraction of the GEMM peak of a fused attention kernel."""
+    def attention_fraction(self, direction: str, impl: str = "flash") -> float:
+        """Achieved fraction of the GEMM peak of a fused attention kernel: ``impl`` ``flash``
+        is the device's best fused kernel (``attention_efficiency``), any other name an entry
+        of ``attention_kernels`` (KeyError if the device has none of that name)."""
+        if impl != "flash":
+            return (self.attention_kernels or {})[impl][direction]  # type: ignore[index]
         if self.attention_efficiency and direction in self.attention_efficiency:
             return self.attention_efficiency[direction]  # type: ignore[index]
         return min(self.matmul_efficiency.values())
+
+    def attention_names(self) -> tuple[str, ...]:
+        """Values of ``workload.attention`` this device can run: flash, its named fused
+        kernels, standard."""
+        return ("flash", *sorted(self.attention_kernels or {}), "standard")
 
     def tile_candidates(self) -> tuple[tuple[int, int], ...]:
         """GEMM output tiles the library may choose from (empty: no wave quantization)."""

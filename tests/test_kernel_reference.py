@@ -469,3 +469,54 @@ def test_defaults_are_no_sequence_parallelism_no_recompute_flash():
     for k, v in ref["attn_fwd"].items():
         assert got[k] == pytest.approx(v, rel=1e-12), k
     assert tc.recompute_blocks() == []
+
+
+DEVCAT = Path(__file__).resolve().parents[1] / "devices" / "catalog" / "devices"
+
+
+@pytest.mark.parametrize("dev,impl", [("a100-sxm-80gb", "triton"), ("a100-sxm-80gb", "flash1"),
+                                      ("a100-sxm-80gb", "flash2"), ("h100-sxm", "flash2")])
+def test_named_fused_attention_runs_at_its_catalog_fraction_of_the_peak(dev, impl):
+    """A named fused implementation (``workload.attention: triton`` ...) executes the causal
+    half of the published attention FLOPs at the fraction of the bf16 peak its catalog entry
+    gives, read from the YAML file, forward and backward; the other kernels do not change."""
+    raw = yaml.safe_load((DEVCAT / f"{dev}.yaml").read_text())
+    frac = raw["attention_kernels"]["value"][impl]
+    peak = float(raw["peak_tflops"]["value"]["bf16"]) * 1e12
+    spec = device(dev, kernel_overhead_us=0.0)
+    cm = ComputeModel(spec, "bf16", spec.hbm_pj_per_bit)
+    tc, m = _costs(GPT, t=2, attention=impl)
+    base, _ = _costs(GPT, t=2, attention="flash")
+    b, s, d, heads = 2, m.seq_len, m.hidden // m.heads, m.heads / 2
+    for backward, key in ((False, "fwd"), (True, "bwd")):
+        blk, ref_blk = tc.attention_block(backward), base.attention_block(backward)
+        core = [i for i, k in enumerate(blk.kernels) if k.fused]
+        assert len(core) == 1
+        flops = 4.0 * b * heads * s * s * d * (2.0 if backward else 1.0)   # both batched GEMMs
+        t_math = 0.5 * flops / (peak * frac[key])                          # causal half
+        t_mem = blk.kernels[core[0]].bytes / (spec.hbm_bandwidth_gbps * 1e9
+                                              * spec.memory_efficiency)
+        times, ref_times = cm.kernel_times(blk), cm.kernel_times(ref_blk)
+        assert times[core[0]] == pytest.approx(max(t_math, t_mem), rel=1e-12)
+        others = [i for i in range(len(times)) if i != core[0]]
+        np.testing.assert_allclose(times[others], ref_times[others], rtol=1e-12)
+
+
+def test_an_attention_kernel_the_device_does_not_list_is_a_clear_error(tmp_path):
+    """``workload.attention: triton`` on a device without a triton entry: exit 2 naming the
+    field, the value and the names the device has."""
+    import subprocess
+    import sys
+
+    scen = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
+    raw = yaml.safe_load(scen.read_text())
+    raw["cluster"]["device"] = "h100-sxm"
+    raw["workload"]["attention"] = "triton"
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    r = subprocess.run([sys.executable, "-m", "twin.cli", "check", str(p)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    err = r.stdout + r.stderr
+    assert "workload.attention" in err and "triton" in err and "flash3" in err
+    assert "Traceback" not in err

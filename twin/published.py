@@ -97,7 +97,8 @@ def mpt_scenario(name: str, seq: int, gpus: int, micro: int, batch: int, ckpt: b
                  dims: list[int], vocab: int):
     """MosaicML MPT benchmark setup: DGX-class A100 80GB nodes (NVSwitch inside, eight 200 Gb/s
     ports between: 1600 Gb/s per node, modelled with the HDR200 port), bf16, PyTorch FSDP
-    FULL_SHARD over every GPU, flash attention, full recompute when ``ckpt``."""
+    FULL_SHARD over every GPU, the data file's fused attention kernel (the benchmark's Triton
+    FlashAttention), full recompute when ``ckpt``."""
     from twin.scenario import load_scenario
 
     h, heads, layers = dims
@@ -108,7 +109,8 @@ def mpt_scenario(name: str, seq: int, gpus: int, micro: int, batch: int, ckpt: b
                                "hidden": h, "heads": heads, "vocab": vocab, "seq_len": seq},
                      "precision": "bf16", "global_batch": batch, "micro_batch": micro,
                      "parallelism": {"dp": gpus}, "recompute": "full" if ckpt else "none",
-                     "attention": "flash", "sharding": {"strategy": "full_shard"}},
+                     "attention": published_data()["mpt"].get("attention", "flash"),
+                     "sharding": {"strategy": "full_shard"}},
         "trace": {"enabled": False},
     }
     return load_scenario(raw)

@@ -414,6 +414,11 @@ def check_consistency(scen: Scenario) -> list[Problem]:
     if not dev.supports(prec):
         problems.append(Problem("workload.precision", f"{dev.name} has no {prec} peak", prec,
                                 ", ".join(dev.peak_tflops)))
+    if scen.workload.attention not in dev.attention_names():
+        problems.append(Problem("workload.attention",
+                                f"{dev.name} has no fused attention kernel named "
+                                f"{scen.workload.attention!r} (its catalog's attention_kernels)",
+                                scen.workload.attention, ", ".join(dev.attention_names())))
     problems.extend(check_workload(scen.workload))
     from devices.power import check_power
 

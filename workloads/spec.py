@@ -113,9 +113,12 @@ class WorkloadSpec(StrictModel):
     virtual_stages: int = Field(default=1, ge=1,
                                 description="model chunks per stage (interleaved schedule)")
     recompute: Literal["none", "selective", "full"] = "none"
-    attention: Literal["flash", "standard"] = Field(
-        default="flash", description="flash: fused, scores stay on chip; standard: scores, "
-                                     "softmax and dropout go through HBM (Megatron-LM 2022)")
+    attention: str = Field(
+        default="flash", pattern=r"^[a-z][a-z0-9_]{0,31}$",
+        description="flash: the device's best fused kernel, scores stay on chip; a name of "
+                    "the device's `attention_kernels` (e.g. flash1, flash2, triton): that fused "
+                    "implementation; standard: scores, softmax and dropout go through HBM "
+                    "(Megatron-LM 2022)")
     sequence_parallel: bool = Field(
         default=False, description="split norms/dropout along the sequence across TP ranks "
                                    "(TP collectives become reduce-scatter + all-gather)")

@@ -13,8 +13,10 @@ columns, attention-out and MLP-down by rows), so each rank does ``1/t`` of every
 sequence parallelism the element-wise kernels are replicated on every rank, with it they are
 split ``1/t`` as well.
 
-Attention comes in two implementations. ``flash`` (fused, FlashAttention-style): Q, K and V are
-read and O written once, the ``s x s`` scores never reach HBM. ``standard`` (Megatron-LM before
+Attention comes in two kinds. Fused (``flash``, FlashAttention-style, or a named fused
+implementation of the device catalog such as ``flash1`` / ``flash2`` / ``triton``, which differ
+only in their achieved fraction of the peak): Q, K and V are read and O written once, the
+``s x s`` scores never reach HBM. ``standard`` (Megatron-LM before
 fused attention): the scores are written, the fused scale-mask-softmax reads and writes them,
 dropout reads them and writes the dropped probabilities plus a one-byte mask, and the second
 batched GEMM reads them again; the backward pass does the reverse with twice the GEMM work.
@@ -58,9 +60,9 @@ class Kernel:
     output tiles its compute units process in waves (``None`` when not a plain GEMM).
     ``precision`` is the precision of the math (GEMM inputs; ``None``: the run's), ``fused``
     marks a fused attention kernel (``"fwd"`` / ``"bwd"``) that runs at the device's attention
-    efficiency, and ``executed`` is the fraction of ``flops`` the kernel really executes
-    (a causal FlashAttention kernel skips the masked half of the score blocks; ``flops`` stays
-    the published count that MFU uses).
+    efficiency of implementation ``impl`` (``flash``: the device's best), and ``executed`` is
+    the fraction of ``flops`` the kernel really executes (a causal FlashAttention kernel skips
+    the masked half of the score blocks; ``flops`` stays the published count that MFU uses).
     """
 
     name: str
@@ -70,6 +72,7 @@ class Kernel:
     shape: tuple[float, float, float] | None = None
     precision: str | None = None
     fused: str | None = None
+    impl: str = "flash"  # fused attention implementation (device catalog name), if fused
     executed: float = 1.0
     depth: float | None = None  # GEMM reduction length k (None: not a plain GEMM / unknown)
 
@@ -251,14 +254,15 @@ class TransformerCosts:
         tokens = b * s
         k = 2.0 if backward else 1.0
         gemm_flops = 2.0 * b * heads_r * s * s * d * k   # one of the two batched GEMMs
-        if self.attention == "flash":
+        if self.attention != "standard":  # a fused kernel: flash or a named implementation
             # forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes
             # dQ, dK, dV (FlashAttention-2 Algorithm 2); causal: half the score blocks run
             core_bytes = ((2 * heads_r + 2 * kv_r) * tokens * d * e if not backward
                           else (3 * heads_r + 2 * kv_r) * tokens * d * e
                           + (heads_r + 2 * kv_r) * tokens * d * e)
             return [Kernel("attn_core.bwd" if backward else "attn_core", 2 * gemm_flops,
-                           core_bytes, True, fused="bwd" if backward else "fwd", executed=0.5)]
+                           core_bytes, True, fused="bwd" if backward else "fwd",
+                           impl=self.attention, executed=0.5)]
         scores = b * heads_r * s * s                       # elements of the score matrix
         qk_bytes = (heads_r + kv_r) * tokens * d * e + scores * e
         pv_bytes = scores * e + (kv_r + heads_r) * tokens * d * e
