@@ -210,6 +210,13 @@ def test_fp8_gemm_reads_one_byte_operands_and_adds_the_casts():
     assert kb["qkv.dgrad"].bytes == pytest.approx(T * n * 1 + h * n * 1 + T * h * 2)
     assert kb["qkv.wgrad"].bytes == pytest.approx(T * h * 1 + T * n * 1 + h * n * 2)
     assert kb["qkv.grad_cast"].bytes == pytest.approx(T * n * 3)
+    # casts are element-wise (vector units, not the tensor-core GEMM path); the GEMMs are
+    # plain [M, K] x [K, N] products: one matrix (batch 1), M x N output tiles, reduction K
+    for k in (*ks.values(), *kb.values()):
+        assert k.gemm == (k.name.split(".")[0] in ("qkv", "attn_out", "attn_core")
+                          and not k.name.endswith("cast")), k.name
+    assert (ks["qkv"].shape, ks["qkv"].depth) == ((1.0, T, n), h)
+    assert (kb["qkv.dgrad"].shape, kb["qkv.dgrad"].depth) == ((1.0, T, h), n)
 
 
 def test_fp32_training_uses_four_byte_elements():
