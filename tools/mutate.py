@@ -390,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", metavar="CSV",
                     help="keep the killed / timeout rows of an earlier run's CSV (same mutant "
                          "ids) and re-run only the other mutants")
+    ap.add_argument("--sample-from", metavar="CSV",
+                    help="run only the mutants listed in an earlier run's CSV (its sample; "
+                         "mutants listed as equivalent since are left out as equivalent)")
     ap.add_argument("--csv", default=str(ROOT / "runs" / "mutation.csv"))
     ap.add_argument("--list", action="store_true", help="list mutants and exit")
     ap.add_argument("--show-survivors", action="store_true", default=True)
@@ -443,7 +446,14 @@ def main(argv: list[str] | None = None) -> int:
             tests = targets[module]
             todo = [m for m in ms if (module, m.id) not in equivalent]
             n_eq = len(ms) - len(todo)
-            if args.max and len(todo) > args.max:
+            if args.sample_from:
+                with open(args.sample_from, newline="") as fh:
+                    listed = {(r["module"], r["id"]) for r in csv.DictReader(fh)
+                              if r["status"] != "equivalent"}
+                n_eq = sum(1 for m in ms if (module, m.id) in listed
+                           and (module, m.id) in equivalent)
+                todo = [m for m in todo if (module, m.id) in listed]
+            elif args.max and len(todo) > args.max:
                 todo = sorted(random.Random(args.seed).sample(todo, args.max),
                               key=lambda m: m.index)
             counts: Counter = Counter(equivalent=n_eq)
