@@ -193,6 +193,7 @@ class DeviceStats:
     cap_stretch_s: float = 0.0     # blocks lengthened to respect the power cap
     throttle_steps: int = 0
     busy_mhz_s: float = 0.0        # integral of the clock over compute time
+    comm_j: float = 0.0            # communication kernels' HBM + SM energy (in memory/compute)
     max_temp_c: float = -math.inf
     source: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
@@ -340,8 +341,10 @@ class Accelerator:
             yield from self._switch(iteration)
             t0 = env.now
             ps = self.ps
+        first = None
         if self.streams is not None:  # HBM and SMs shared with the streams running now
-            c = self.streams.block_cost(self, block, ps)
+            first = self.streams.price(self, block, ps)
+            c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
         else:
             ms = self.mem_scale
             if self.memory is not None:  # HBM contention with the transfers in flight now
@@ -372,7 +375,15 @@ class Accelerator:
                 p_chip = e_act / dur + p_static
                 p_board = self.reg.input_power(p_chip)
         self._busy = (t0, p_board)
-        yield env.timeout(dur)
+        if first is None:
+            yield env.timeout(dur)
+        else:  # a fluid job: re-priced whenever the streams beside it change
+            stretch = dur / c[0] if c[0] > 0 else 1.0
+            d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
+                                                                       first)
+            e_act = e_dyn + e_mem
+            p_chip = e_act / d + p_static if d > 0 else p_static
+            p_board = self.reg.input_power(p_chip)
         self._busy = None
         t1 = env.now
         d = t1 - t0
@@ -480,6 +491,35 @@ class Accelerator:
         if t > self.last_t:
             self._idle_to(t)
         return self.energy_j
+
+    # ------------------------------------------------------------------ communication
+    def communication(self, t0: float, t1: float, hbm_bytes: float, sms: int,
+                      activity: float) -> None:
+        """Energy of a communication kernel on each of the agent's devices from ``t0`` to
+        ``t1`` (s): its ``hbm_bytes`` (per device, B) at the HBM access energy (memory) and
+        ``sms`` of the device's SMs at ``activity`` of a GEMM's dynamic power at the current
+        P-state for its duration (compute). Added on top of whatever the device did meanwhile,
+        as a power segment of its own (``comm``) overlapping the others; the regulator loss
+        and the heat of it are not modelled."""
+        d = t1 - t0
+        if d <= 0:
+            return
+        dev = self.dev
+        units = self.model.spec.compute_units or 0
+        e_mem = hbm_bytes * dev.hbm_j_per_byte
+        e_dyn = (d * min(sms, units) / units * dev.dyn_max_w * activity * dev.dyn_scale[self.ps]
+                 if units else 0.0)
+        if e_mem + e_dyn <= 0:
+            return
+        st = self.stats
+        st.memory_j += e_mem
+        st.compute_j += e_dyn
+        st.comm_j += e_mem + e_dyn
+        self.energy_j += e_mem + e_dyn
+        code = self._codes.get("comm")
+        if code is None:
+            code = self._codes["comm"] = len(self._codes)
+        self._seg.append((t0, t1, (e_mem + e_dyn) / d, code, self.ps, self.temp_c))
 
     # ------------------------------------------------------------------ accounting
     def idle_until(self, t: float) -> None:

@@ -28,9 +28,15 @@ SMs
     catalog ``devices/catalog/interference``). With ``u`` SMs taken of ``U``, a block's math
     time is multiplied by ``U / (U - u)`` (at least one SM is left to compute).
 
-The mix is read when a block starts and holds for the whole block (a stream that starts
-mid-block is seen by the next block). ``hbm_max_streams`` counts the compute stream with the
-others: the most streams the controller served at once during a block.
+A block is a fluid job (:meth:`DeviceStreams.run_block`): it is priced at the mix running
+when it starts, and whenever a stream starts or ends beside it (an FSDP all-gather issued as the
+block begins, a DP bucket, a TP chunk, a send) it is re-priced at the new mix and its remaining
+fraction of work continues at the new rate; its time, energy and statistics are the pieces'
+prices weighted by the fraction of the block each did. So a block slows exactly while a
+collective runs beside it. Each piece draws its HBM factor afresh (a cached table batch; under
+``queue`` with ``bound: auto`` a fresh latency batch for the latency-bound part), so a block
+cut into pieces averages independent draws. ``hbm_max_streams`` counts the compute stream with
+the others: the most streams the controller served at once during a block.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import simpy
 
 from twin.kernel.catalog import Catalog
 
@@ -52,6 +59,7 @@ NETWORK_KINDS = ("tp", "dp", "shard", "replica", "p2p")
 CATALOG_DIR = Path(__file__).parent / "catalog" / "interference"
 _LOG_STEP = 0.002  # latency slowdowns are rounded to a 0.2% log grid (bounded cost cache)
 _KEEP = 64         # blocks kept per mix for inspection (tests, reports)
+_FRESH_MIN, _FRESH_MAX = 8, 256  # fresh latency draws made at once per (requests, mix)
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class SmShares:
     collective_ctas: int
     tp_overlap_ctas: int
     copy_ctas: int
+    activity: float = 0.3  # dynamic power of an SM running a collective / running a GEMM
 
     def of(self, kind: str) -> int:
         """SMs of one stream of ``kind``."""
@@ -73,7 +82,40 @@ class SmShares:
 def sm_shares(name: str = "nccl") -> SmShares:
     """The SM shares of catalog entry ``name``."""
     v = Catalog("interference", CATALOG_DIR).get(name).values
-    return SmShares(int(v["collective_ctas"]), int(v["tp_overlap_ctas"]), int(v["copy_ctas"]))
+    return SmShares(int(v["collective_ctas"]), int(v["tp_overlap_ctas"]), int(v["copy_ctas"]),
+                    float(v["collective_sm_activity"]))
+
+
+@dataclass(frozen=True)
+class Price:
+    """The cost of a whole block at one mix of streams (:meth:`DeviceStreams.price`).
+
+    Attributes:
+        duration_s: contended duration, s.
+        gemm_flops: GEMM FLOPs.
+        compute_j: dynamic compute energy at the P-state, J.
+        memory_j: HBM energy, J.
+        base_s: uncontended duration, s.
+        hbm_s: uncontended duration weighted by the HBM factor of each part, s.
+        mix: ``(network streams, copy streams)`` it was priced at (clipped).
+        n_requests: request class of its bandwidth-bound part.
+        slowdown: HBM factor of its bandwidth-bound part.
+        sm_factor: factor on its math time.
+    """
+
+    duration_s: float
+    gemm_flops: float
+    compute_j: float
+    memory_j: float
+    base_s: float
+    hbm_s: float
+    mix: tuple[int, int]
+    n_requests: int
+    slowdown: float
+    sm_factor: float
+
+
+_REPRICE = object()  # interrupt cause: the streams beside a running block changed
 
 
 @dataclass(frozen=True)
@@ -86,7 +128,8 @@ class BlockRecord:
         n_requests: the request class its bandwidth-bound part was simulated with.
         slowdown: HBM factor applied to its bandwidth-bound memory time.
         sm_factor: factor applied to its math time.
-        t: start time (s).
+        t: time the piece ended (s).
+        fraction: fraction of the block's work done at this mix (1: the whole block).
     """
 
     name: str
@@ -95,6 +138,7 @@ class BlockRecord:
     slowdown: float
     sm_factor: float
     t: float
+    fraction: float = 1.0
 
 
 class DeviceStreams:
@@ -144,6 +188,9 @@ class DeviceStreams:
         self._w_hbm = 0.0  # sum of weight x HBM factor
         self._w_dur = 0.0  # contended seconds of blocks
         self.records: dict[tuple[int, int], list[BlockRecord]] = {}
+        self._running: tuple | None = None  # (process, price key) of the block running now
+        self.repriced = 0  # pieces after a block's first (streams changed mid-block)
+        self._fresh_buf: dict[tuple, list] = {}  # (requests, mix) -> [draws, next index]
 
     # ------------------------------------------------------------------ streams
     def start(self, kind: str) -> None:
@@ -157,6 +204,7 @@ class DeviceStreams:
                 self.on_network(1)
         if self.shares is not None:
             self._sm += self.shares.of(kind)
+        self._changed()
 
     def end(self, kind: str) -> None:
         """A stream of ``kind`` ends."""
@@ -169,6 +217,7 @@ class DeviceStreams:
                 self.on_network(-1)
         if self.shares is not None:
             self._sm -= self.shares.of(kind)
+        self._changed()
 
     @property
     def mix(self) -> tuple[int, int]:
@@ -197,11 +246,12 @@ class DeviceStreams:
                                             mk(block.name, lat) if lat else None)
         return hit
 
-    def block_cost(self, acc, block, ps: int) -> tuple:
-        """``(duration, gemm_flops, dynamic energy, memory energy, block)`` of ``block`` on the
-        accelerator agent ``acc`` at P-state ``ps`` next to the streams running now."""
+    def price(self, acc, block, ps: int) -> Price:
+        """The cost of the whole of ``block`` on the accelerator agent ``acc`` at P-state
+        ``ps`` if the streams running now ran beside all of it (nothing is accounted)."""
         model, dev = acc.model, acc.dev
-        math_s = dev.math_scale[ps] * self.sm_factor()
+        sm = self.sm_factor()
+        math_s = dev.math_scale[ps] * sm
         ms = acc.mem_scale
         mem = self.memory
         mix = self.mix
@@ -242,9 +292,78 @@ class DeviceStreams:
             e_mem += hit[3]
             base += hit[4]
             hbm += hit[4] * f
-        if mem is not None or self.shares is not None:
-            self._account(block, mix, n_req, s_bw, math_s / dev.math_scale[ps], base, hbm, dur)
-        return dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, block
+        return Price(dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, base, hbm, mix, n_req, s_bw,
+                     sm)
+
+    def block_cost(self, acc, block, ps: int) -> tuple:
+        """``(duration, gemm_flops, dynamic energy, memory energy, block)`` of ``block`` on the
+        accelerator agent ``acc`` at P-state ``ps`` next to the streams running now (accounted
+        as one piece: the whole block at this mix)."""
+        p = self.price(acc, block, ps)
+        self._account(block, p, 1.0)
+        return p.duration_s, p.gemm_flops, p.compute_j, p.memory_j, block
+
+    def run_block(self, acc, block, ps: int, stretch: float, first: Price):
+        """Process body: run ``block`` as a fluid job whose rate follows the streams beside
+        it. ``first`` is its price at the start (:meth:`price`), ``stretch`` the factor the
+        accelerator applies to every duration (degradation, jitter, power-cap duty cycle).
+
+        The block runs at rate ``1 / (stretch x price(mix).duration_s)`` of its work while the
+        mix holds; when a stream starts or ends the block is re-priced at the new mix and its
+        remaining fraction of work continues at the new rate (processor sharing of a fluid
+        job). Energy and FLOPs are the pieces' prices weighted by the fraction of the block
+        each piece did. Returns ``(duration s, gemm FLOPs, dynamic J, memory J)``."""
+        env = self.env
+        left = 1.0
+        p = first
+        flops = e_dyn = e_mem = 0.0
+        t0 = env.now
+        self._running = (env.active_process, self._key())
+        try:
+            while True:
+                total = p.duration_s * stretch
+                ts = env.now
+                if total > 0 and left > 0:
+                    try:
+                        yield env.timeout(total * left)
+                        f = left
+                    except simpy.Interrupt as stop:
+                        if stop.cause is not _REPRICE:
+                            raise
+                        f = min(left, (env.now - ts) / total)
+                else:
+                    f = left
+                left -= f
+                self._account(block, p, f)
+                flops += f * p.gemm_flops
+                e_dyn += f * p.compute_j
+                e_mem += f * p.memory_j
+                if left <= 1e-12:
+                    break
+                self.repriced += 1
+                p = self.price(acc, block, ps)
+                self._running = (self._running[0], self._key())
+        finally:
+            self._running = None
+        return env.now - t0, flops, e_dyn, e_mem
+
+    def _key(self) -> tuple:
+        """What a block's price depends on among the streams: SMs taken and the mix."""
+        return (self._sm if self.shares is not None else 0,
+                self.mix if self.memory is not None else None)
+
+    def _changed(self) -> None:
+        """A stream started or ended: re-price the running block if its inputs changed."""
+        run = self._running
+        if run is None or run[1] is None:
+            return
+        proc, key = run
+        if key == self._key() or proc is None or not proc.is_alive:
+            return
+        if proc is self.env.active_process:
+            return  # the block's own process (not inside the block): nothing to re-price
+        self._running = (proc, None)  # one interrupt at a time; the block re-reads the mix
+        proc.interrupt(_REPRICE)
 
     def _draw(self, model, part, mix: tuple[int, int]) -> float:
         """HBM factor of a part from the model's cached tables: the slowest of ``group``
@@ -263,26 +382,42 @@ class DeviceStreams:
         n = model.requests_for(lat.bytes)
         worst = 0.0
         for _ in range(self.group):
-            s = model.fresh_latency(n, mix, self.rng)
+            s = self._fresh(model, n, mix)
             s = math.exp(round(math.log(max(s, 1e-12)) / _LOG_STEP) * _LOG_STEP)
             model.record(mix, s, self.n / self.group)
             worst = max(worst, s)
         return worst
 
-    def _account(self, block, mix, n_req: int, s_bw: float, sm: float, base: float,
-                 hbm: float, dur: float) -> None:
+    def _fresh(self, model, n: int, mix: tuple[int, int]) -> float:
+        """The next fresh latency draw of ``n`` requests at ``mix``. Draws are made in blocks
+        (``QueueContention.fresh_latencies``: independent batches solved in one FIFO run,
+        each used once), so every block still sees its own independent sample of the
+        sojourn-time distribution at its mix; a block of a mix is 8 draws the first time and
+        doubles up to 256 as the mix recurs."""
+        key = (n, mix)
+        buf = self._fresh_buf.get(key)
+        if buf is None or buf[1] >= len(buf[0]):
+            size = min(2 * len(buf[0]), _FRESH_MAX) if buf is not None else _FRESH_MIN
+            buf = self._fresh_buf[key] = [model.fresh_latencies(n, mix, self.rng, size), 0]
+        v = float(buf[0][buf[1]])
+        buf[1] += 1
+        return v
+
+    def _account(self, block, p: Price, f: float) -> None:
+        """Account the fraction ``f`` of ``block`` done at price ``p``."""
+        mix = p.mix
         streams = 1 + mix[0] + mix[1]
         if self.memory is not None and streams > self.max_streams:
             self.max_streams = streams
-        w = base * self.n
-        self._w += w
-        self._w_hbm += hbm * self.n
-        self._w_dur += dur * self.n
-        if sum(mix) > 0:
+        w = f * self.n
+        self._w += p.base_s * w
+        self._w_hbm += p.hbm_s * w
+        self._w_dur += p.duration_s * w
+        if sum(mix) > 0 or f < 1.0:  # contended, or a piece of a re-priced block
             rec = self.records.setdefault(mix, [])
             if len(rec) < _KEEP:
-                rec.append(BlockRecord(block.name, mix, int(n_req), float(s_bw), float(sm),
-                                       float(self.env.now)))
+                rec.append(BlockRecord(block.name, mix, int(p.n_requests), float(p.slowdown),
+                                       float(p.sm_factor), float(self.env.now), float(f)))
 
     # ------------------------------------------------------------------ report
     def totals(self) -> tuple[float, float, float]:

@@ -550,6 +550,63 @@ class QueueContention(MemoryContention):
         res = fifo_queue(times[order], np.concatenate(parts_s)[order])
         return float(res.sojourns[order < n].mean()) / self.alone_sojourn_cached(n)
 
+    def fresh_latencies(self, n: int, k: int | Mix, rng: np.random.Generator,
+                        count: int) -> np.ndarray:
+        """``count`` independent draws of :meth:`fresh_latency` at once (the same
+        distribution, exactly: see :meth:`fresh_inputs`), solved in one FIFO run."""
+        batch, times, services, is_op = self.fresh_inputs(n, k, rng, count)
+        return self.solve_fresh(n, count, batch, times, services, is_op)
+
+    def fresh_inputs(self, n: int, k: int | Mix, rng: np.random.Generator,
+                     count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Inputs of ``count`` independent fresh batches, laid end to end on one time axis.
+
+        Batch ``b`` has the law of what :meth:`fresh_latency` draws (``n`` op arrivals of a
+        Poisson process at the op's rate, every stream beside it a Poisson process until the
+        op's last arrival, i.i.d. service times), generated without sorting: the
+        superposition of independent Poisson processes is one Poisson process at the summed
+        rate ``L`` whose points are independently the op's with probability ``p = op rate /
+        L`` (the colouring theorem). So a batch is a run of exponential gaps of mean ``1 / L``
+        with i.i.d. Bernoulli(``p``) op marks, cut at its ``n``-th op point; consecutive cuts
+        of one mark sequence are independent batches. Before each batch's first point the
+        previous batch's total service time is added to the gap, so the server is empty when
+        it begins (its last departure is at most its last arrival plus its work) and each
+        batch is its own queue, as if simulated alone.
+
+        Returns:
+            (batch id, arrival time (s), service time (s), is-op mask), in time order.
+        """
+        lam = self.op_rate + sum(self.stream_rates(k))
+        p = self.op_rate / lam
+        need = count * n
+        marks = np.empty(0, dtype=bool)
+        while True:  # enough marks for count x n op points (rarely more than one round)
+            mean = (need - int(marks.sum())) / p
+            more = rng.random(int(mean + 6 * math.sqrt(mean) + 64)) < p
+            marks = np.concatenate([marks, more])
+            if int(marks.sum()) >= need:
+                break
+        ops = np.flatnonzero(marks)
+        last = ops[n - 1::n][:count]  # index of each batch's n-th op point
+        total = int(last[-1]) + 1
+        marks = marks[:total]
+        starts = np.concatenate([[0], last[:-1] + 1])
+        gaps = rng.exponential(1.0 / lam, total)
+        services = self.service.sample(rng, total)
+        if count > 1:
+            work = np.add.reduceat(services, starts)
+            gaps[starts[1:]] += work[:-1] * (1 + 1e-9)
+        batch = np.repeat(np.arange(count), np.diff(np.append(starts, total)))
+        return batch, np.cumsum(gaps), services, marks
+
+    def solve_fresh(self, n: int, count: int, batch: np.ndarray, times: np.ndarray,
+                    services: np.ndarray, is_op: np.ndarray) -> np.ndarray:
+        """Slowdowns of the batches of :meth:`fresh_inputs`: each batch's mean op sojourn over
+        the mean alone sojourn."""
+        res = fifo_queue(times, services)
+        soj = np.bincount(batch[is_op], weights=res.sojourns[is_op], minlength=count) / n
+        return soj / self.alone_sojourn_cached(n)
+
     def alone_sojourn_cached(self, n: int) -> float:
         """:meth:`alone_sojourn`, cached per ``n``."""
         key = ("alone", n)

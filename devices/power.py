@@ -154,6 +154,11 @@ class PowerSpec(StrictModel):
     thermal: ThermalSpec = ThermalSpec()
     manager: ManagerSpec = ManagerSpec()
     alerts: AlertSpec = AlertSpec()
+    communication_energy: bool = Field(
+        default=False, description="collective and pipeline kernels draw device energy: "
+        "their HBM bytes (read at the sender, written at the receiver) at hbm_pj_per_bit and "
+        "the SMs they occupy as dynamic power (devices.interference catalog); false: "
+        "communication costs the device only idle power")
 
 
 # ----------------------------------------------------------------------------- device model

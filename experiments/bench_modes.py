@@ -10,7 +10,10 @@ Configurations (the issue-14 targets): GPT-3 175B on 2D tori (tp 8, pp 8, 32 mic
 one sequence per replica; ``experiments.bench_e2e``) with rank symmetry and, with compute
 jitter (cov 0.05), without; the Llama 3 405B layout on 16384 GPUs (``scenarios/llama3_405b
 .yaml`` with dp 128); the 1T-parameter Megatron layout (tp 8, pp 64, dp 6, 512 microbatches)
-on 3072 A100s. ``--quick`` runs the small sizes only (a few minutes on 2 cores).
+on 3072 A100s; the same with the thermal model off ("no-thermal": then the fast mode
+aggregates steady-state microbatches, ``twin.aggregate``, and ``fast_mb_simulated`` shows the
+reduced counts it simulated). ``--quick`` runs the small sizes only (a few minutes on 2
+cores).
 
 ``python -m experiments.bench_modes [--quick] [--timeout S]``;
 ``python -m experiments.bench_modes --one NAME --mode fast|exact`` prints one JSON line.
@@ -68,6 +71,20 @@ def _gpt1t() -> dict:
     }
 
 
+def _mb(d: dict, m: int) -> dict:
+    """``d`` with ``m`` microbatches per data-parallel replica."""
+    w = d["workload"]
+    w["global_batch"] = m * w.get("micro_batch", 1) * w["parallelism"]["dp"]
+    return d
+
+
+def _cool(d: dict) -> dict:
+    """``d`` with the thermal RC model off (die temperature constant), the condition under
+    which the fast mode aggregates steady-state microbatches (``twin.aggregate``)."""
+    d.setdefault("power", {})["thermal"] = {"enabled": False}
+    return d
+
+
 #: name -> (scenario builder, in --quick, target text)
 CONFIGS = {
     "gpt3-175b/64": (lambda: _gpt3(64), True, ""),
@@ -79,6 +96,11 @@ CONFIGS = {
     "gpt3-175b/16384 jitter": (lambda: _gpt3(16384, 0.05), False, "fast <= 120 s"),
     "llama3-405b/16384": (_llama405b, False, "fast <= 10 s, <= 2 GiB"),
     "gpt-1t/3072": (_gpt1t, False, "fast <= 10 s"),
+    # thermal model off: the fast mode aggregates microbatches (twin.aggregate)
+    "gpt3-175b/64 no-thermal 64mb": (lambda: _cool(_mb(_gpt3(64), 64)), True, ""),
+    "llama3-405b/16384 no-thermal": (lambda: _cool(_llama405b()), False,
+                                     "fast <= 10 s, <= 2 GiB"),
+    "gpt-1t/3072 no-thermal": (lambda: _cool(_gpt1t()), False, "fast <= 10 s"),
 }
 
 
@@ -98,7 +120,9 @@ def measure(name: str, mode: str) -> dict:
     return {"config": name, "mode": mode, "wall_s": time.perf_counter() - w0,
             "cpu_s": time.process_time() - c0, "events": s["events"],
             "peak_gib": _peak_rss_gib(), "iteration_time_s": s["iteration_time_s"],
-            "energy_j": s["energy_j"], "shortcuts": ",".join(s["shortcuts_used"]) or "-"}
+            "energy_j": s["energy_j"], "shortcuts": ",".join(s["shortcuts_used"]) or "-",
+            "mb_simulated": "+".join(str(k) for k in s["microbatches_simulated"]),
+            "fallback": (s["aggregation"] or {}).get("fallback", "")}
 
 
 def _child(name: str, mode: str, timeout: float) -> dict:
@@ -136,6 +160,9 @@ def run(quick: bool = True, timeout: float = 900.0) -> pd.DataFrame:
             else math.nan
         r["d_energy_%"] = 100 * (f["energy_j"] / e["energy_j"] - 1) if both else math.nan
         r["fast_shortcuts"] = f.get("shortcuts", "")
+        r["fast_mb_simulated"] = f.get("mb_simulated", "")
+        if f.get("fallback"):
+            r["fast_mb_simulated"] += " (fallback)"
         r["target"] = target
         rows.append(r)
         print(json.dumps(r, default=str), file=sys.stderr, flush=True)  # progress

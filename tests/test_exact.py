@@ -9,6 +9,7 @@ floating-point rounding.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from twin.runner import run
@@ -43,3 +44,146 @@ def test_fast_mode_agrees_with_exact_mode(case):
     assert exact["rank_classes"] > fast["rank_classes"]
     for key in ("iteration_time_s", "energy_j", "makespan_s"):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
+
+
+# ----------------------------------------------------------------- microbatch aggregation
+# Deterministic symmetric runs without thermal dynamics and without a trace simulate three
+# reduced microbatch counts and extrapolate (twin.aggregate); the exact mode simulates every
+# microbatch of every rank, so it is the independent reference.
+COOL = {"thermal": {"enabled": False}}  # die temperature constant: energy affine in m
+AGG_CASES = {  # the reduced runs simulate at most half the microbatches (twin.aggregate.plan)
+    "1f1b_pp4_m30": {"global_batch": 60},
+    "1f1b_pp2_m18": {"parallelism": {"dp": 4, "tp": 2, "pp": 2}, "global_batch": 72},
+    "interleaved_pp4_v2_m72": {"schedule": "interleaved", "virtual_stages": 2,
+                               "global_batch": 144},
+    "gpipe_pp4_m30": {"schedule": "gpipe", "global_batch": 60},
+    "1f1b_pp2_m18_3iter": {"parallelism": {"dp": 4, "tp": 2, "pp": 2}, "global_batch": 72,
+                           "iterations": 3},
+}
+
+
+def _cool(exact: bool, **workload) -> dict:
+    d = _scenario(exact, **workload)
+    d["power"] = COOL
+    return d
+
+
+@pytest.mark.parametrize("case", list(AGG_CASES))
+def test_aggregated_mode_agrees_with_exact_mode(case):
+    res = run(load_scenario(_cool(False, **AGG_CASES[case])))
+    fast = res.summary
+    exact = run(load_scenario(_cool(True, **AGG_CASES[case]))).summary
+    assert "microbatch_aggregation" in fast["shortcuts_used"]
+    assert max(fast["microbatches_simulated"]) < exact["microbatches"]
+    assert 2 * sum(fast["microbatches_simulated"]) <= exact["microbatches"]
+    assert fast["microbatches"] == exact["microbatches"]
+    assert exact["microbatches_simulated"] == [exact["microbatches"]]
+    assert exact["aggregation"] is None and "microbatch_aggregation" not in exact[
+        "shortcuts_used"]
+    assert fast["events"] == sum(fast["aggregation"]["events_simulated"]) < exact["events"]
+    for key in ("iteration_time_s", "energy_j", "makespan_s"):
+        assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
+    # deterministic: the extrapolation is in fact exact to rounding, ratios included
+    for key in ("iteration_time_s", "energy_j", "mfu", "bubble_fraction", "avg_power_w",
+                "exposed_comm_fraction", "max_link_utilization", "bytes_sent",
+                "model_flops_per_iteration", "compute_time_per_device_s",
+                "goodput_tokens_per_s"):
+        assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
+    for k, v in exact["energy_breakdown_j"].items():
+        assert fast["energy_breakdown_j"][k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    # constant for 1F1B past the warm-up; GPipe keeps every microbatch's activations (affine)
+    assert fast["memory_per_device_gb"] == pytest.approx(exact["memory_per_device_gb"],
+                                                         rel=1e-12)
+    its = res.iteration_times_s
+    assert len(its) == exact["iterations"]
+    assert its == pytest.approx([exact["iteration_time_s"]] * len(its), rel=1e-9)
+    # what is not known from the reduced runs is None and named, never a guess
+    for key in fast["undefined_keys"]:
+        node = fast
+        for part in key.split("."):
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert node is None, key
+    if fast["peak_power_w"] is not None:
+        assert fast["peak_power_w"] == pytest.approx(exact["peak_power_w"], rel=1e-9)
+
+
+def test_aggregation_is_off_where_microbatches_differ():
+    """Thermal dynamics (the default), jitter, a trace or exact mode: every microbatch."""
+    from twin.aggregate import blockers, plan
+
+    base = _cool(False, global_batch=60)
+    assert plan(load_scenario(base)) is not None
+    warm = dict(base, power={})
+    jitter = dict(base, simulation={"compute_jitter_cov": 0.05})
+    traced = dict(base, trace={"enabled": True, "path": "unused.h5"})
+    exact = _cool(True, global_batch=60)
+    for d, why in ((warm, "power.thermal"), (jitter, "simulation.compute_jitter_cov"),
+                   (traced, "trace enabled"), (exact, "simulation.exact")):
+        s = load_scenario(d)
+        assert why in blockers(s) and plan(s) is None
+    s = run(load_scenario(warm)).summary
+    assert "microbatch_aggregation" not in s["shortcuts_used"]
+    assert s["microbatches_simulated"] == [s["microbatches"]] == [30]
+    # the reduced runs (4 + 5 + 6) would simulate more than half of 28: the full run
+    assert plan(load_scenario(_cool(False, global_batch=56))) is None
+
+
+def test_warmup_reaches_a_steady_phase_on_every_stage():
+    """From m0 on, more microbatches only lengthen the steady phase: every stage's unit order
+    (workloads.schedules) starts with as many forwards before its first backward at m0 as at
+    any larger allowed count; one allowed count fewer, some stage's warm-up is cut short."""
+    from twin.aggregate import warmup_microbatches
+    from workloads.schedules import unit_order
+
+    def leading(schedule: str, pp: int, m: int, v: int) -> list[int]:
+        out = []
+        for s in range(pp):
+            u = unit_order(schedule, s, pp, m, v)
+            out.append(next(i for i, x in enumerate(u) if x[0] == "B"))
+        return out
+
+    for schedule, v, step in (("1f1b", 1, 1), ("gpipe", 1, 1), ("interleaved", 2, None),
+                              ("interleaved", 4, None)):
+        for pp in (2, 4, 8, 16):
+            inc = step or pp
+            m0 = warmup_microbatches(schedule, pp, v)
+            assert m0 % inc == 0
+            at = leading(schedule, pp, m0, v)
+            if schedule == "gpipe":  # all forwards first: the warm-up is m itself (affine)
+                assert at == [m0 * v] * pp
+                continue
+            for m in range(m0 + inc, m0 + 4 * inc, inc):
+                assert leading(schedule, pp, m, v) == at, (schedule, pp, v, m)
+            if m0 - inc >= inc:
+                assert leading(schedule, pp, m0 - inc, v) != at, (schedule, pp, v)
+
+
+def test_projected_error_of_a_quadratic_is_its_true_error():
+    """v = a + b k + c k^2 sampled at m1, m2, m3: the line through the last two misses v(m)
+    by c (m - m2)(m - m3), which is what the check projects; an affine v projects 0."""
+    from twin.aggregate import Plan, _Combiner
+
+    p = Plan(100, (10, 12, 14))
+    cmb = _Combiner(p)
+
+    def f(k: float, c: float) -> float:
+        return 3.0 + 2.0 * k + c * k * k
+
+    for c in (0.0, 1e-4, -2e-3):
+        x, err = cmb.extrapolate(f(10, c), f(12, c), f(14, c))
+        assert abs(x - f(100, c)) == pytest.approx(abs(c) * 88 * 86, abs=1e-9)
+        assert err * max(abs(x), abs(f(14, c))) == pytest.approx(abs(c) * 88 * 86, abs=1e-9)
+
+
+def test_combine_falls_back_when_a_core_key_bends():
+    """A summary whose energy is not affine in the microbatches is not aggregated."""
+    from twin.aggregate import Plan, combine
+
+    p = Plan(100, (10, 11, 12))
+    sums = []
+    for k in p.counts:
+        sums.append({"iteration_time_s": 1.0 + k, "makespan_s": 1.0 + k,
+                     "energy_j": 10.0 + k + 0.01 * k * k, "events": 5,
+                     "shortcuts_used": ["symmetry"]})
+    out, why = combine(p, sums, [np.zeros(0)] * 3, np.zeros(0))
+    assert out is None and "energy_j" in why

@@ -21,6 +21,7 @@ from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
 from scenarios.faults import FaultInjector
+from twin import aggregate
 from twin.budget import check_power_samples
 from twin.build import Model, build, stage_compute_blocks
 from twin.kernel.engine import Engine
@@ -113,7 +114,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
-                        streams=streams)
+                        streams=streams, comm_energy=_comm_energy(scen))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block
@@ -134,6 +135,16 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     executor.finish(env.now)
     check_power_samples(scen, env.now)
     return env, fabric, executor, injector.table_rows()
+
+
+def _comm_energy(scen: Scenario):
+    """SM shares of communication kernels when they draw device energy
+    (``power.communication_energy``), else None."""
+    if not scen.power.communication_energy:
+        return None
+    from devices.interference import sm_shares
+
+    return sm_shares()
 
 
 def _h2d_bytes_per_s(scen: Scenario) -> float:
@@ -231,9 +242,16 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
     """
     wall0 = time.perf_counter()
     if not scenario.trace.enabled:
+        agg = aggregate.plan(scenario)
+        fallback = None
+        if agg is not None:
+            hit, fallback = _aggregated(scenario, agg, wall0)
+            if hit is not None:
+                return hit
         model = build(scenario)
         env, fabric, ex, faults = simulate(model, Recorder())
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
+        _not_aggregated(summary, fallback)
         return RunResult(summary, None, iteration_times(ex))
     path = check_output(trace_path or scenario.trace_path,
                         "-o" if trace_path else "trace.path", "trace", force=True)
@@ -251,6 +269,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
         rec = TraceRecorder(writer, tables)
         env, fabric, ex, faults = simulate(model, rec, rec.message, "data" in tables)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
+        _not_aggregated(summary, None)
         _static_tables(writer, tables, model, fabric, ex, env.now, faults)
         if "devices" in tables:
             cols = device_columns(model, fabric, ex, env.now)
@@ -264,6 +283,40 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
             "scenario": scenario.to_yaml(), "summary": summary, "sources": scenario.sources,
         })
     return RunResult(summary, out, iteration_times(ex), notes)
+
+
+def _not_aggregated(summary: dict[str, Any], fallback: dict[str, Any] | None) -> None:
+    """Aggregation keys of a run that simulated every microbatch (``fallback``: the reduced
+    runs it tried first and why they were not used)."""
+    summary["microbatches_simulated"] = [summary["microbatches"]]
+    summary["aggregation"] = fallback
+    if fallback is not None:
+        summary["events"] += sum(fallback["events_simulated"])  # what the run cost
+
+
+def _aggregated(scenario: Scenario, agg: aggregate.Plan,
+                wall0: float) -> tuple[RunResult | None, dict[str, Any] | None]:
+    """Simulate the reduced microbatch counts of ``agg`` and extrapolate (``twin.aggregate``);
+    returns ``(result, None)``, or ``(None, fallback record)`` when the extrapolation is not
+    accurate enough and the full run must be simulated."""
+    summaries, link_bytes, its = [], [], []
+    capacity = np.zeros(0)
+    for mb in agg.counts:
+        model = build(aggregate.reduced(scenario, mb))
+        env, fabric, ex, _faults = simulate(model, Recorder())
+        summaries.append(summarize(model, env, fabric, ex, 0.0))
+        link_bytes.append(fabric.link_bytes)
+        capacity = fabric.capacity
+        its.append(iteration_times(ex))
+    summary, reason = aggregate.combine(agg, summaries, link_bytes, capacity)
+    if summary is None:
+        return None, {"fallback": reason, "microbatches_tried": list(agg.counts),
+                      "events_simulated": [int(s["events"]) for s in summaries]}
+    summary["wall_time_s"] = time.perf_counter() - wall0
+    h = agg.step
+    times = tuple(float(c + (c - b) * (agg.m - agg.counts[2]) / h)
+                  for _a, b, c in zip(*its, strict=True))
+    return RunResult(summary, None, times), None
 
 
 def _static_tables(writer: TraceWriter, tables: set[str], model: Model, fabric: Fabric,

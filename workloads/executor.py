@@ -97,6 +97,9 @@ class Executor:
             today's).
         streams: one device agent per rank class (``devices.interference.DeviceStreams``)
             that communication streams are started and ended on, or None.
+        comm_energy: SMs per stream kind and their activity
+            (``devices.interference.SmShares``) when communication kernels draw device
+            energy (``power.communication_energy``), else None: see :meth:`_comm_energy`.
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
@@ -104,7 +107,7 @@ class Executor:
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
                  job=None, before_block: Callable[[int], None] | None = None,
                  chained: bool = False, data=None, overlap: OverlapSpec | None = None,
-                 streams: list | None = None):
+                 streams: list | None = None, comm_energy=None):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -126,6 +129,8 @@ class Executor:
         self.data = data
         self.overlap = ov = overlap if overlap is not None else OverlapSpec()
         self.streams = streams
+        self.comm_energy = comm_energy
+        self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
         self._fifos: dict[tuple[int, int], _Fifo] = {}
         if ov.tp_comm and layout.tp > 1:
@@ -384,11 +389,13 @@ class Executor:
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
         ends = (cls, *dst_classes)  # DMA at both ends contends with compute (devices.memory)
         self._in_flight(ends, 1, "p2p")
+        t0 = self.env.now
         try:
             for phase in phases:
                 yield from self.fabric.run_phase(phase, name, cls)
         finally:
             self._in_flight(ends, -1, "p2p")
+        self._comm_energy(ends, phases, t0, "p2p")
         self._deliver(dst_classes, tag)
 
     def _send_chained(self, cls: int, direction: int, tag: tuple, nbytes: float) -> None:
@@ -396,9 +403,11 @@ class Executor:
         phases, dst_classes = self._p2p_plan(cls, direction, nbytes)
         ends = (cls, *dst_classes)
         self._in_flight(ends, 1, "p2p")
+        t0 = self.env.now
 
         def arrived(_e: object) -> None:
             self._in_flight(ends, -1, "p2p")
+            self._comm_energy(ends, phases, t0, "p2p")
             self._deliver(dst_classes, tag)
 
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
@@ -419,7 +428,13 @@ class Executor:
         if len(parts) == 1:
             if self.chained and kind == "tp":  # nothing can abort it: no process needed
                 phases = self._phases(kind, parts, gids, algo, nbytes)
-                return self.fabric.start(phases, f"{kind}_{algo}", cls)
+                ev = self.fabric.start(phases, f"{kind}_{algo}", cls)
+                if self.comm_energy is not None:
+                    t0 = self.env.now
+                    ev.callbacks.append(
+                        lambda _e: self._comm_energy(parts, phases, t0, "tp" if self.overlap.tp_comm
+                                                   else "tp_blocking"))
+                return ev
             return self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
         seq_key = (cls, kind)
         seq = self._seq[seq_key]
@@ -459,11 +474,36 @@ class Executor:
         phases = self._phases(kind, parts, gids, algo, nbytes)
         ends = () if kind == "tp" else parts  # TP collectives block the compute stream
         self._in_flight(ends, 1, kind)
+        t0 = self.env.now
         try:
             for phase in phases:
                 yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
         finally:
             self._in_flight(ends, -1, kind)
+        tp_kind = "tp" if self.overlap.tp_comm else "tp_blocking"
+        self._comm_energy(parts, phases, t0, tp_kind if kind == "tp" else kind)
+
+    def _comm_energy(self, classes, phases: list, t0: float, kind: str) -> None:
+        """Device energy of a finished collective or send (``power.communication_energy``):
+        every byte a phase moves is read from HBM at its sender and written to HBM at its
+        receiver, so a device's HBM bytes are ``2 x bytes moved / devices taking part``
+        (exact for the symmetric collectives; a send's sender reads and its receiver writes
+        the message), and its NCCL kernel holds ``SmShares.of(kind)`` SMs (Transformer
+        Engine's for overlapped TP chunks; ``tp_blocking``: an NCCL collective) from ``t0``
+        to now."""
+        ce = self.comm_energy
+        if ce is None:
+            return
+        key = id(phases)
+        per_dev = self._hbm_bytes.get(key)
+        if per_dev is None:
+            moved = sum(p.total_bytes for p in phases)
+            devs = np.unique(np.concatenate([np.concatenate([p.src, p.dst]) for p in phases]))
+            per_dev = self._hbm_bytes[key] = 2.0 * moved / max(len(devs), 1)
+        sms = ce.collective_ctas if kind == "tp_blocking" else ce.of(kind)
+        now = self.env.now
+        for c in classes:
+            self.accelerators[c].communication(t0, now, per_dev, sms, ce.activity)
 
     def _in_flight(self, classes, delta: int, kind: str = "dp") -> None:
         """Count communication transfers in flight per class: their DMA contends with the
