@@ -3,10 +3,13 @@ its service-time distribution, the compute op's and the DMA streams' request mix
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
 from twin.kernel.queueing import ServiceDistribution, service_from_spec
 from twin.kernel.schema import PositiveFloat, StrictModel
@@ -26,6 +29,18 @@ _SHAPE_ALLOWED = ("deterministic; exponential; erlang with k; hyperexponential w
                   "lognormal with cov; pareto with alpha > 1 (the mean is one burst at the "
                   "peak per-channel bandwidth, not a key)")
 _MIN_REQUESTS = 16
+#: The request mix of a training step's streams (sources in the YAML file).
+STREAMS_DIR = Path(__file__).parent / "catalog" / "hbm" / "streams"
+
+
+@cache
+def stream_mix(name: str = "training") -> dict[str, float]:
+    """The request-mix figures of catalog entry ``name`` (``devices/catalog/hbm/streams``)."""
+    v = Catalog("hbm-streams", STREAMS_DIR).get(name).values
+    return {k: float(x) for k, x in v.items() if k not in ("name", "description")}
+
+
+_MIX = stream_mix()
 _DIAGNOSTIC_REQUESTS = 1 << 18
 
 
@@ -99,10 +114,12 @@ class OpSpec(StrictModel):
     load: float | None = Field(
         default=None, gt=0, le=1, description="utilization of the peak HBM bandwidth by the "
         "op's memory phase; default: the device's memory_efficiency")
-    read_fraction: float = Field(default=2 / 3, ge=0, le=1, description="frfcfs: share of "
-                                 "reads (two operands read per result written)")
-    row_locality: float = Field(default=0.9, ge=0, lt=1, description="frfcfs: probability "
-                                "that a request stays in the previous request's row")
+    read_fraction: float = Field(
+        default=_MIX["op_read_fraction"], ge=0, le=1, description="frfcfs: share of reads "
+        "(two operands read per result written; catalog hbm/streams/training)")
+    row_locality: float = Field(
+        default=_MIX["op_row_locality"], ge=0, lt=1, description="frfcfs: probability that a "
+        "request stays in the previous request's row (catalog hbm/streams/training)")
 
 
 class DmaSpec(StrictModel):
@@ -112,12 +129,15 @@ class DmaSpec(StrictModel):
         default=None, description="HBM traffic of one transfer, GB/s; default: cluster.link "
         "bandwidth x efficiency x links_per_edge x hbm_bytes_per_link_byte")
     hbm_bytes_per_link_byte: PositiveFloat = Field(
-        default=2.0, description="HBM bytes per byte on the link per direction (2: the "
-        "outgoing bytes are read, the incoming written)")
-    read_fraction: float = Field(default=0.5, ge=0, le=1, description="frfcfs: share of reads")
-    row_locality: float = Field(default=0.97, ge=0, lt=1, description="frfcfs: probability "
-                                "that a request stays in the previous request's row (bulk "
-                                "copies walk whole rows)")
+        default=_MIX["dma_hbm_bytes_per_link_byte"], description="HBM bytes per byte on the "
+        "link per direction (2: the outgoing bytes are read, the incoming written)")
+    read_fraction: float = Field(default=_MIX["dma_read_fraction"], ge=0, le=1,
+                                 description="frfcfs: share of reads (catalog "
+                                 "hbm/streams/training)")
+    row_locality: float = Field(
+        default=_MIX["dma_row_locality"], ge=0, lt=1, description="frfcfs: probability that a "
+        "request stays in the previous request's row (bulk copies walk whole rows; catalog "
+        "hbm/streams/training)")
 
 
 class MemorySpec(StrictModel):

@@ -58,3 +58,29 @@ def test_gpt3_parameter_count():
     m = ModelSpec.model_validate(catalog("models").get("gpt3-175b").values)
     n = TransformerCosts(m, "bf16", 1, 2048).total_params()
     assert 174e9 < n < 176e9
+
+
+def test_hbm_stream_mix_figures_follow_their_stated_derivations():
+    """devices/catalog/hbm/streams/training.yaml: every figure sourced, and the derived ones
+    equal their derivation: bulk-copy row locality 1 - burst/row of every HBM part (to the
+    stated rounding), GEMM read share mk + kn of mk + kn + mn for a square tile, DMA read share
+    = 1 / (HBM bytes per link byte)."""
+    from devices.hbm import load_hbm_spec
+    from devices.memory_spec import STREAMS_DIR, MemorySpec, stream_mix
+    from twin.kernel.catalog import load_entry
+
+    path = STREAMS_DIR / "training.yaml"
+    entry = load_entry(path)
+    mix = stream_mix()
+    assert set(mix) == {k for k in entry.sources}
+    for name in ("hbm2e", "hbm3", "hbm3e"):
+        hbm = load_hbm_spec(name)
+        assert abs(mix["dma_row_locality"] - (1 - hbm.burst_bytes / hbm.row_bytes)) < 0.005
+    n = 64
+    assert mix["op_read_fraction"] == pytest.approx(2 * n * n / (3 * n * n), rel=1e-15)
+    assert mix["dma_read_fraction"] == pytest.approx(1 / mix["dma_hbm_bytes_per_link_byte"])
+    m = MemorySpec()
+    assert (m.op.read_fraction, m.op.row_locality, m.dma.read_fraction, m.dma.row_locality,
+            m.dma.hbm_bytes_per_link_byte) == (
+        mix["op_read_fraction"], mix["op_row_locality"], mix["dma_read_fraction"],
+        mix["dma_row_locality"], mix["dma_hbm_bytes_per_link_byte"])

@@ -414,8 +414,11 @@ def test_cached_allocations_of_several_transfers_give_the_same_times():
     assert net.cache_hits >= 1
 
 
-def test_sub_byte_steps_keep_the_barrier():
-    ring = dict(start=0.0, routes=[[0], [1], [2]], sizes=[1.5, 1.5, 1.5], steps=3)
+@pytest.mark.parametrize("size", [1.5, 0.9])
+def test_sub_byte_steps_keep_the_barrier(size):
+    """Steps of 0.5 B (and flows below one byte: 0.3 B per step) under rotating background
+    traffic: the same bulk-synchronous times as the fluid reference."""
+    ring = dict(start=0.0, routes=[[0], [1], [2]], sizes=[size] * 3, steps=3)
     bg = [dict(start=0.02 * k, routes=[[k % 3]], sizes=[0.05]) for k in range(8)]
     cap = [1.0, 1.0, 1.0]
     ends, _ = engine_run(cap, [ring, *bg])
@@ -434,4 +437,84 @@ def test_a_flow_that_ends_its_step_within_the_step_tolerance_releases_the_barrie
     ends, _ = engine_run(cap, transfers)
     ref = fluid(cap, transfers)
     assert ref[0] == pytest.approx(3.0 - d, rel=1e-12)
+    assert ends == pytest.approx(ref, rel=1e-9)
+
+
+def test_flows_of_different_sizes_with_equal_remaining_bytes_keep_the_barrier():
+    """Flows of 10 B and 15 B in 2 steps (5 B and 7.5 B each). Three background flows hold
+    flow 0 at 2.5 B/s until t = 2/3 while flow 1 runs at 10 B/s: then both have 8.33 B left
+    and equal rates, but they are not in step (flow 1 is 0.83 B from its step end, flow 0
+    3.33 B). The barrier must still hold: flow 1 parks at 0.75 until flow 0 ends step 1 at
+    1.0; the transfer ends at 1.75 (without the barrier both would end at 1.5)."""
+    bg = [dict(start=0.0, routes=[[0]], sizes=[5.0 / 3.0]) for _ in range(3)]
+    tr = dict(start=0.0, routes=[[0], [1]], sizes=[10.0, 15.0], steps=2)
+    cap = [10.0, 10.0]
+    ends, _ = engine_run(cap, [tr, *bg])
+    ref = fluid(cap, [tr, *bg])
+    assert ref[0] == pytest.approx(1.75, rel=1e-12)
+    assert ends == pytest.approx(ref, rel=1e-9)
+
+
+def test_equal_flows_that_drifted_apart_keep_the_barrier_when_rates_equalise():
+    """A 3-flow ring (30 B per flow, 3 steps of 10 B) with background traffic on link 0 until
+    t = 0.4: flow 0 falls 2 B behind. Afterwards all rates are equal (10 B/s) but the
+    remaining bytes are not: flows 1 and 2 must wait at every step end for flow 0, which a
+    probe on link 1 sees (it has the link to itself while flow 1 waits)."""
+    ring = dict(start=0.0, routes=[[0], [1], [2]], sizes=[30.0] * 3, steps=3, key="ring3")
+    bg = dict(start=0.0, routes=[[0]], sizes=[2.0])
+    probes = [dict(start=1.0 + 1e-3, routes=[[1]], sizes=[1.0]),
+              dict(start=2.05, routes=[[2]], sizes=[1.0])]
+    cap = [10.0] * 3
+    ends, _ = engine_run(cap, [ring, bg, *probes])
+    ref = fluid(cap, [ring, bg, *probes])
+    assert ends == pytest.approx(ref, rel=1e-9)
+    drifting = fluid(cap, [dict(ring, steps=1), bg, *probes])
+    assert abs(drifting[1] - ref[2]) > 1e-3 or abs(drifting[0] - ref[0]) > 1e-3
+
+
+def test_flows_in_step_wait_for_a_cut_flow_of_the_same_step():
+    """A 3-flow ring in step (30 B per flow, 3 steps) loses flow 0 at t = 0.5 (link 0 fails)
+    until t = 1.5 (resent over link 3). Flows 1 and 2 had the same remaining bytes and rates
+    as flow 0 when it was cut, yet they must stop at the end of step 1 (t = 1.0) and wait for
+    it; a probe on link 1 from t = 1.1 has the link to itself while flow 1 waits."""
+    ring = dict(start=0.0, routes=[[0], [1], [2]], sizes=[30.0] * 3, steps=3, key="cut3")
+    probe = dict(start=1.1, routes=[[1]], sizes=[2.0])
+    cap = [10.0] * 4
+    cuts = [(0.5, 0, 0, 1.5, [3])]
+    ends, _ = engine_run(cap, [ring, probe], cuts)
+    ref = fluid(cap, [ring, probe], cuts)
+    assert ref[1] == pytest.approx(1.3, rel=1e-12)  # alone on link 1 while flow 1 waits
+    assert ends == pytest.approx(ref, rel=1e-9)
+
+
+@pytest.mark.parametrize("speed", [1.0, 1e5])
+def test_flows_with_equal_step_times_out_of_step_keep_the_barrier(speed):
+    """Flow 0 (20 B, steps of 10 B, link of 10 B/s) and flow 1 (40 B, steps of 20 B, 20 B/s)
+    both take 1 s per step. Background traffic halves flow 0's rate until t = 6/7: flow 0 then
+    has 5.71 B to its step end (0.57 s), flow 1 2.86 B (0.14 s): not in step (although bytes
+    left x rate agree, 57.1 both). Flow 1 must park at t = 1.0 until 1.43; a probe on link 1
+    from t = 1.05 has the link to itself meanwhile."""
+    tr = dict(start=0.0, routes=[[0], [1]], sizes=[20.0, 40.0], steps=2)
+    bg = dict(start=0.0, routes=[[0]], sizes=[30.0 / 7.0])
+    probe = dict(start=1.05 / speed, routes=[[1]], sizes=[2.0])
+    cap = [10.0 * speed, 20.0 * speed]  # speed 1e5: 10 us steps, the scale of real collectives
+    ends, _ = engine_run(cap, [tr, bg, probe])
+    ref = fluid(cap, [tr, bg, probe])
+    assert ref[2] == pytest.approx(1.15 / speed, rel=1e-9)
+    assert ends == pytest.approx(ref, rel=1e-9)
+
+
+@pytest.mark.parametrize("speed", [1.0, 1e5])
+def test_flows_that_end_a_step_together_but_step_at_different_speeds_keep_the_barrier(speed):
+    """Two 30 B flows in 3 steps on links of 10 and 20 B/s; three background flows hold flow 1
+    at 5 B/s until t = 2/3, when both are 1/3 s from the end of step 1 (in step now, but their
+    steps take 1 s and 0.5 s). Flow 1 must wait at every later step end: it parks at 1.5 until
+    2.0, and a probe on link 1 from 1.6 has the link to itself (done at 1.7)."""
+    tr = dict(start=0.0, routes=[[0], [1]], sizes=[30.0, 30.0], steps=3)
+    bg = [dict(start=0.0, routes=[[1]], sizes=[10.0 / 3.0]) for _ in range(3)]
+    probe = dict(start=1.6 / speed, routes=[[1]], sizes=[2.0])
+    cap = [10.0 * speed, 20.0 * speed]
+    ends, _ = engine_run(cap, [tr, *bg, probe])
+    ref = fluid(cap, [tr, *bg, probe])
+    assert ref[-1] == pytest.approx(1.7 / speed, rel=1e-9)
     assert ends == pytest.approx(ref, rel=1e-9)

@@ -100,14 +100,11 @@ def ref_layer(arch: str, b: int, s: int, h: int, heads: int, kv_heads: int, f: i
         for k in ("attn_scores", "attn_context"):
             fl, by = fwd_a[k]
             bwd_a[k] = (2 * fl, 2 * by)
-        # softmax and dropout backward: the module charges twice the forward here too (a
-        # convention, not a shape count: a fused softmax backward reads y and dy and writes dx,
-        # 3 S e rather than 4 S e; dropout backward reads dy and the mask and writes dx,
-        # S (2e + 1) rather than twice that). Kept as the module's convention so a change to it
-        # is noticed; flagged in docs/notes/issue-15.md as an open question.
-        for k in ("softmax", "dropout"):
-            fl, by = fwd_a[k]
-            bwd_a[k] = (2 * fl, 2 * by)
+        # softmax backward dx = y (dy - rowsum(dy y)): reads y and dy, writes dx (3 S e);
+        # dropout backward dx = dy mask / (1 - p): reads dy and the 1-byte mask, writes dx.
+        # FLOPs: twice the forward's (the catalog's per-element count, both passes).
+        bwd_a["softmax"] = (2 * kc("softmax_flops") * S, 3 * S * e)
+        bwd_a["dropout"] = (2 * kc("dropout_flops") * S, S * (e + 1 + e))
     out = (T, hq, h)
     fwd_a["attn_out"] = gemm_fwd(*out)
     bwd_a["attn_out.dgrad"], bwd_a["attn_out.wgrad"] = dgrad(*out), wgrad(*out)
@@ -213,6 +210,13 @@ def test_fp8_gemm_reads_one_byte_operands_and_adds_the_casts():
     assert kb["qkv.dgrad"].bytes == pytest.approx(T * n * 1 + h * n * 1 + T * h * 2)
     assert kb["qkv.wgrad"].bytes == pytest.approx(T * h * 1 + T * n * 1 + h * n * 2)
     assert kb["qkv.grad_cast"].bytes == pytest.approx(T * n * 3)
+    # casts are element-wise (vector units, not the tensor-core GEMM path); the GEMMs are
+    # plain [M, K] x [K, N] products: one matrix (batch 1), M x N output tiles, reduction K
+    for k in (*ks.values(), *kb.values()):
+        assert k.gemm == (k.name.split(".")[0] in ("qkv", "attn_out", "attn_core")
+                          and not k.name.endswith("cast")), k.name
+    assert (ks["qkv"].shape, ks["qkv"].depth) == ((1.0, T, n), h)
+    assert (kb["qkv.dgrad"].shape, kb["qkv.dgrad"].depth) == ((1.0, T, h), n)
 
 
 def test_fp32_training_uses_four_byte_elements():
@@ -449,6 +453,17 @@ def test_gpt_embedding_reads_token_and_position_rows_and_writes_the_sum(sp):
         assert k.flops == pytest.approx(T * h)
         assert k.bytes == pytest.approx(3 * T * h * 2 / (2 if sp else 1))
         assert not k.gemm
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_llama_embedding_reads_one_token_row_and_writes_it(sp):
+    """Llama has no position table (rotary is applied in attention): per token one row read and
+    one written forward; the gradient row read and one written backward (2 rows, not 3)."""
+    tc, m = _costs(LLAMA, t=2, sp=sp)
+    T, h = 2 * m.seq_len, m.hidden
+    for bwd in (False, True):
+        [k] = tc.embedding_block(bwd).kernels
+        assert k.bytes == pytest.approx(2 * T * h * 2 / (2 if sp else 1), rel=1e-12)
 
 
 def test_defaults_are_no_sequence_parallelism_no_recompute_flash():

@@ -355,3 +355,372 @@ def test_power_cap_plans_the_fastest_p_state_whose_blocks_fit():
         seen_mid |= bool(fits) and 0 < fits[0]
         assert setup.cap_ps[0] == expect, cap
     assert seen_mid  # (on H100 no feasible cap is below every P-state of these blocks)
+
+
+def _two_state_h100() -> DeviceSpec:
+    """H100 with only its two fastest P-states (both high voltage): every block draws far more
+    than idle at either, so a cap between the two exists that no P-state meets."""
+    states = sorted(device("h100-sxm").p_states, key=lambda p: -p[0])[:2]
+    return device("h100-sxm", p_states=states)
+
+
+@pytest.mark.parametrize("two_states", [True, False])
+def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
+    """``power.cap_w`` below what the board draws idle at the lowest P-state, or during a clock
+    transition (idle at the top voltage + the rail charge ``C/2 |V0^2 - V1^2|`` spread over the
+    latency), both at the temperature limit, is refused; just above it is accepted. Reference:
+    the catalog definitions solved with brentq and the capacitor law written here."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = _two_state_h100() if two_states else device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, _dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    v0, v1 = states[0][1], states[-1][1]  # the widest swing: top and lowest voltage
+    t = s.temp_limit_c
+    idle_low = reg.input_power(base + ref_leak(s, v1, t))
+    rail_j = 0.5 * s.regulator_capacitance_mf * 1e-3 * abs(v0 ** 2 - v1 ** 2)
+    transition = reg.input_power(base + ref_leak(s, v0, t)) + rail_j / (s.dvfs_transition_us
+                                                                         * 1e-6)
+    assert transition > idle_low + 1.0  # the transition sets the floor on this device
+    blocks = _blocks()[:3]
+    for cap in (transition * (1 - 1e-6), 0.5 * (idle_low + transition)):
+        with pytest.raises(InfeasibleConfig):
+            PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm, stage_blocks={0: blocks})
+    PowerSetup(PowerSpec.model_validate({"cap_w": transition * (1 + 1e-6)}), cm,
+               stage_blocks={0: blocks})
+
+
+def test_cap_below_every_p_state_falls_back_to_the_slowest():
+    """A feasible cap that no P-state's blocks meet: the stage runs at the slowest P-state (the
+    blocks are then stretched at run time), checked against the reference board power."""
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    f_top, v_top = states[0]
+    blocks = _blocks()[:3]
+    cap = 300.0
+    for f, v in states:
+        highest = max(reg.input_power(
+            (lambda d, e_dyn, e_hbm: (e_dyn + e_hbm) / d)(*ref_block_energy(
+                s, b, dyn, f_top / f, v / v_top)) + base + ref_leak(s, v, s.temp_limit_c))
+            for b in blocks)
+        assert highest > cap  # some block exceeds the cap at every P-state
+    setup = PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm,
+                       stage_blocks={0: blocks, 1: blocks[:1]})
+    assert setup.cap_ps == {0: len(states) - 1, 1: len(states) - 1}
+
+
+@pytest.mark.parametrize("enabled,throttle,thermal_data,needed", [
+    (True, True, True, True), (False, True, True, False), (True, False, True, False),
+    (True, True, False, False), (False, False, True, False)])
+def test_a_transition_latency_is_required_only_when_the_clock_can_change(
+        enabled, throttle, thermal_data, needed):
+    """Without the device's ``dvfs_transition_us`` (and no ``transition_latency_us``), the run
+    is refused exactly when something changes clocks at run time: here the thermal throttle,
+    which needs the thermal model on, throttling on and the device's thermal data."""
+    from devices.power import check_power
+
+    over = {"dvfs_transition_us": None}
+    if not thermal_data:
+        over.update(thermal_r_k_per_w=None, thermal_c_j_per_k=None, temp_limit_c=None)
+    s = device("h100-sxm", **over)
+    spec = PowerSpec.model_validate({"thermal": {"enabled": enabled, "throttle": throttle}})
+    paths = [p.path for p in check_power(spec, s, 1)]
+    assert ("power.dvfs.transition_latency_us" in paths) == needed, paths
+    with_latency = PowerSpec.model_validate({"thermal": {"enabled": enabled, "throttle": throttle},
+                                             "dvfs": {"transition_latency_us": 20.0}})
+    assert check_power(with_latency, s, 1) == []
+
+
+_NO_LAT = {"dvfs_transition_us": None}
+_COOL = {"thermal": {"enabled": False}}
+
+
+@pytest.mark.parametrize("dev,over,power,pp,expect", [
+    ("h100-sxm", {}, {}, 1, []),
+    ("h100-sxm", {}, {"dvfs": {"frequency_mhz": 1000.0}}, 1, ["power.dvfs.frequency_mhz"]),
+    ("h100-sxm", {}, {"dvfs": {"frequency_mhz": 1980.0, "wait_frequency_mhz": 810.0}}, 1, []),
+    ("h100-sxm", {}, {"dvfs": {"wait_frequency_mhz": 800.0}}, 1,
+     ["power.dvfs.wait_frequency_mhz"]),
+    ("basic", {}, {"dvfs": {"frequency_mhz": 1980.0}}, 1, ["power.dvfs.frequency_mhz"]),
+    ("basic", {}, {"dvfs": {"policy": "stage_plan"}}, 2, ["power.dvfs.policy"]),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan", "stage_frequency_mhz": [1980.0]}}, 2,
+     ["power.dvfs.stage_frequency_mhz"]),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan",
+                               "stage_frequency_mhz": [1980.0, 1000.0]}}, 2,
+     ["power.dvfs.stage_frequency_mhz.1"]),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan",
+                               "stage_frequency_mhz": [1980.0, 810.0]}}, 2, []),
+    ("h100-sxm", {}, {"dvfs": {"policy": "stage_plan"}}, 2, []),
+    ("h100-sxm", _NO_LAT, {**_COOL, "dvfs": {"bubble_downclock": True}}, 1,
+     ["power.dvfs.transition_latency_us"]),
+    ("h100-sxm", _NO_LAT, {**_COOL, "manager": {"budget_w": 5000.0}}, 1,
+     ["power.dvfs.transition_latency_us"]),
+    ("h100-sxm", _NO_LAT, _COOL, 1, []),
+    ("h100-sxm", _NO_LAT, {**_COOL, "manager": {"budget_w": 5000.0},
+                           "dvfs": {"transition_latency_us": 30.0}}, 1, []),
+    ("basic", {}, {"dvfs": {"bubble_downclock": True}}, 1, ["power.dvfs.bubble_downclock"]),
+    ("basic", {}, {"manager": {"budget_w": 5000.0}}, 1, ["power.manager.budget_w"]),
+    ("basic", {}, {"manager": {"initial_frequency_mhz": 5000.0}}, 1, []),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 5000.0}}, 1,
+     ["power.manager.initial_frequency_mhz"]),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 800.0}}, 1,
+     ["power.manager.initial_frequency_mhz"]),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 810.0}}, 1, []),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 1980.0}}, 1, []),
+    ("h100-sxm", {}, {"manager": {"initial_frequency_mhz": 1200.0}}, 1, []),
+])
+def test_power_section_problems_name_exactly_the_offending_fields(dev, over, power, pp, expect):
+    """``check_power``: each option that does not fit the device (a clock that is not one of
+    its P-states, a policy or manager without a P-state table, one clock per stage, a clock
+    change without a transition latency, a manager start clock outside the clock range) is
+    reported under its own field path, and nothing else is; an H100's P-states span
+    810-1980 MHz, the basic device has none and no thermal data."""
+    from devices.power import check_power
+
+    s = device("h100-sxm", basic=True) if dev == "basic" else device(dev, **over)
+    problems = check_power(PowerSpec.model_validate(power), s, pp)
+    assert [p.path for p in problems] == expect
+    for p in problems:  # each names the value given at its path
+        node = {"power": power}
+        for part in p.path.split("."):
+            node = node[int(part)] if isinstance(node, list) else node.get(part) \
+                if isinstance(node, dict) else None
+        if node is not None:
+            assert p.value == node, p
+
+
+def test_device_power_fields_that_come_together_name_the_missing_ones():
+    """Leakage (or thermal) fields are all given or none: a partial group is refused, the
+    message naming the given and the missing fields."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        device("h100-sxm", leakage_per_k=None)
+    msg = str(err.value)
+    assert "leakage_per_k missing" in msg and "leakage_w, leakage_ref_c" in msg
+    with pytest.raises(ValidationError, match="temp_limit_c missing"):
+        device("h100-sxm", temp_limit_c=None)
+
+
+def test_transition_power_is_the_rail_charge_over_the_latency():
+    """Extra board power while the clock moves ``ps0 -> ps1``: the core rail's capacitor
+    ``C/2 |V0^2 - V1^2|`` charged or drained over the transition latency (0 between equal
+    voltages, and 0 on a device without a published latency)."""
+    from devices.power import DevicePower
+
+    s = device("h100-sxm")
+    dev = DevicePower(s)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    c_f, lat_s = s.regulator_capacitance_mf * 1e-3, s.dvfs_transition_us * 1e-6
+    for a, b in ((0, len(states) - 1), (len(states) - 1, 0), (0, 1), (11, 13)):
+        expect = 0.5 * c_f * abs(states[a][1] ** 2 - states[b][1] ** 2) / lat_s
+        assert dev.transition_w(a, b) == pytest.approx(expect, rel=1e-12)
+    assert dev.transition_w(0, len(states) - 1) > 1.0
+    assert DevicePower(device("h100-sxm", dvfs_transition_us=None)).transition_w(0, 5) == 0.0
+    assert DevicePower(device("h100-sxm", regulator_capacitance_mf=None)).transition_w(0, 5) \
+        == 0.0  # no published rail capacitance: no charge to move
+
+
+@pytest.mark.parametrize("margin_w,ok", [(0.5, True), (-0.5, False)])
+def test_idle_w_must_cover_leakage_and_regulator_loss(margin_w, ok):
+    """A device whose ``idle_w`` leaves base power ``margin_w`` above zero is accepted, below
+    zero refused: idle_w built from the definition (regulator input for base + leakage at the
+    lowest P-state and the leakage reference temperature)."""
+    from pydantic import ValidationError
+
+    from devices.power import DevicePower
+
+    s = device("h100-sxm")
+    reg = DevicePower(s).regulator  # depends on tdp_w, not on idle_w
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    idle = reg.input_power(margin_w + ref_leak(s, v_low, s.leakage_ref_c))
+    if ok:
+        assert DevicePower(device("h100-sxm", idle_w=idle)).base_w == pytest.approx(margin_w,
+                                                                                     abs=1e-6)
+    else:
+        with pytest.raises(ValidationError, match="idle_w"):
+            device("h100-sxm", idle_w=idle)
+
+
+@pytest.mark.parametrize("margin_w,ok", [(0.5, True), (-0.5, False)])
+def test_tdp_w_must_leave_dynamic_power(margin_w, ok):
+    """``tdp_w`` with full dynamic power ``margin_w`` above / below zero is accepted / refused:
+    tdp_w solved with brentq so that regulator output(tdp) - base - leakage(top, T_limit) =
+    margin (the regulator curve is scaled by tdp_w, so it is rebuilt for every candidate)."""
+    from pydantic import ValidationError
+
+    from devices.regulator import VoltageRegulator
+
+    s = device("h100-sxm")
+    v_top = max(s.p_states, key=lambda p: p[0])[1]
+    leak_idle = ref_leak(s, min(s.p_states, key=lambda p: p[0])[1], s.leakage_ref_c)
+
+    def dyn(tdp: float) -> float:
+        reg = VoltageRegulator(s.regulator_efficiency, tdp, None, 0.0)
+        base = brentq(lambda b: reg.input_power(b + leak_idle) - s.idle_w, -s.idle_w,
+                      s.idle_w, xtol=1e-12)
+        return reg.output_for_input(tdp) - base - ref_leak(s, v_top, s.temp_limit_c) - margin_w
+
+    tdp = brentq(dyn, s.idle_w, s.tdp_w, xtol=1e-9)
+    if ok:
+        device("h100-sxm", tdp_w=tdp)
+    else:
+        with pytest.raises(ValidationError, match="tdp_w"):
+            device("h100-sxm", tdp_w=tdp)
+
+
+@pytest.mark.parametrize("cap_w,ok", [(0.6, True), (0.4, False)])
+def test_a_cap_just_above_a_sub_watt_idle_board_is_feasible(cap_w, ok):
+    """A board without P-states or a transition latency (basic model) that idles at 0.5 W:
+    the cap floor is its idle power alone, so 0.6 W is feasible and 0.4 W is not."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = device("h100-sxm", basic=True, idle_w=0.5)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    spec = PowerSpec.model_validate({"cap_w": cap_w})
+    if ok:
+        PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+    else:
+        with pytest.raises(InfeasibleConfig):
+            PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+
+
+def test_design_power_is_the_alert_figure_else_the_budget_else_boards_plus_links():
+    """``power.alerts.design_power_w`` (README key table): given, else the manager budget,
+    else devices x tdp_w + the links' idle power (one device when the count is not given)."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    blocks = {0: _blocks()[:1]}
+    assert PowerSetup(PowerSpec(), cm, blocks, devices=8).design_power_w(40.0) == \
+        pytest.approx(8 * s.tdp_w + 40.0, rel=1e-15)
+    assert PowerSetup(PowerSpec(), cm, blocks).design_power_w(40.0) == \
+        pytest.approx(s.tdp_w + 40.0, rel=1e-15)
+    budget = PowerSpec.model_validate({"manager": {"budget_w": 3000.0}})
+    assert PowerSetup(budget, cm, blocks, devices=8).design_power_w(40.0) == 3000.0
+    both = PowerSpec.model_validate({"manager": {"budget_w": 3000.0},
+                                     "alerts": {"design_power_w": 2500.0}})
+    assert PowerSetup(both, cm, blocks, devices=8).design_power_w(40.0) == 2500.0
+
+
+def test_a_basic_device_has_one_operating_point_at_its_clock():
+    """Without a P-state table the device runs at its catalog clock_mhz at nominal voltage."""
+    from devices.power import DevicePower
+
+    s = device("h100-sxm", basic=True)
+    dev = DevicePower(s)
+    assert (dev.mhz, dev.volts, dev.n_states) == ([s.clock_mhz], [1.0], 1)
+    assert dev.state_of(s.clock_mhz) == 0 and dev.math_scale == [1.0]
+
+
+def test_power_schema_bounds_are_the_documented_ones():
+    """README key table: ``power.alerts.window_s`` >= 1e-6 s and finite,
+    ``power.alerts.mfu_iterations`` >= 1."""
+    from pydantic import ValidationError
+
+    for ok in ({"window_s": 1e-6}, {"window_s": 1.5e-6}, {"mfu_iterations": 1}):
+        PowerSpec.model_validate({"alerts": ok})
+    for bad in ({"window_s": 0.9e-6}, {"window_s": float("inf")}, {"mfu_iterations": 0}):
+        with pytest.raises(ValidationError):
+            PowerSpec.model_validate({"alerts": bad})
+
+
+def test_a_warm_start_above_the_limit_starts_at_the_limit():
+    """``thermal.initial: warm``: the steady state of the stage's blocks at the top clock,
+    ``T = T_amb + R (P_idle(T) + P_dyn)`` (fixed point written here), clipped at the throttle
+    limit when the load would heat the die beyond it (the throttle holds it there); an idle
+    start is never clipped (the idle steady state is far below the limit)."""
+    s = device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    blocks = [b for b in _blocks() if any(k.gemm for k in b.kernels)][:1]
+    d, e_dyn, e_hbm = ref_block_energy(s, blocks[0], dyn)
+    warm_w = (e_dyn + e_hbm) / d
+    v_top = max(s.p_states, key=lambda p: p[0])[1]
+    amb = 45.0
+    t = amb
+    for _ in range(200):
+        t = amb + s.thermal_r_k_per_w * (base + ref_leak(s, v_top, t) + warm_w)
+    assert t > s.temp_limit_c + 1.0  # the load alone would heat the die past the limit
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"ambient_c": amb}}), cm,
+                       stage_blocks={0: blocks})
+    assert setup.initial_temp_c(stage=0) == pytest.approx(s.temp_limit_c, abs=1e-9)
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    t_idle = amb
+    for _ in range(200):
+        t_idle = amb + s.thermal_r_k_per_w * (base + ref_leak(s, v_low, t_idle))
+    assert setup.initial_temp_c() == pytest.approx(t_idle, rel=1e-9)
+
+
+def test_an_idle_start_is_the_idle_steady_state_at_the_lowest_p_state():
+    """``thermal.initial: idle``: the fixed point of ``T = T_amb + R (P_base + leak(V_low, T))``
+    at the lowest P-state's voltage (on a two-state H100, 1.02 V, not the top state's 1.08)."""
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    base, _ = ref_unknowns(s, cm.power.regulator)
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    t = 25.0
+    for _ in range(200):
+        t = 25.0 + s.thermal_r_k_per_w * (base + ref_leak(s, v_low, t))
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"initial": "idle"}}), cm,
+                       stage_blocks={0: _blocks()[:1]})
+    assert setup.initial_temp_c(stage=0) == pytest.approx(t, rel=1e-9)
+    assert setup.initial_temp_c() == pytest.approx(t, rel=1e-9)
+
+
+@pytest.mark.parametrize("factor,ok", [(1 + 1e-6, True), (1 - 1e-6, False)])
+def test_without_transitions_the_cap_floor_is_idle_at_the_lowest_p_state(factor, ok):
+    """No transition latency (and nothing that changes clocks: throttling off): the cap floor
+    is the board's idle power at the lowest P-state (1.02 V on the two-state H100) at the
+    temperature limit, from the catalog definitions."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = device("h100-sxm", p_states=_two_state_h100().p_states, dvfs_transition_us=None)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, _ = ref_unknowns(s, reg)
+    v_low = min(s.p_states, key=lambda p: p[0])[1]
+    floor = reg.input_power(base + ref_leak(s, v_low, s.temp_limit_c))
+    spec = PowerSpec.model_validate({"cap_w": floor * factor, "thermal": {"throttle": False}})
+    if ok:
+        PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+    else:
+        with pytest.raises(InfeasibleConfig):
+            PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+
+
+def test_bubble_clock_defaults_to_the_lowest_p_state():
+    """``power.dvfs.wait_frequency_mhz`` default (README): the lowest P-state."""
+    s = _two_state_h100()
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    setup = PowerSetup(PowerSpec.model_validate({"dvfs": {"bubble_downclock": True}}), cm,
+                       stage_blocks={0: _blocks()[:1]})
+    assert setup.dev.mhz[setup.wait_ps] == min(f for f, _ in s.p_states)
+    h = device("h100-sxm")
+    cm = ComputeModel(h, "bf16", h.hbm_pj_per_bit)
+    setup = PowerSetup(PowerSpec.model_validate({"dvfs": {"bubble_downclock": True}}), cm,
+                       stage_blocks={0: _blocks()[:1]})
+    assert setup.dev.mhz[setup.wait_ps] == 810.0
+
+
+def test_p_states_are_ordered_by_clock_whatever_order_the_catalog_lists_them():
+    """A P-state table given slowest first (equal voltages at the bottom, as on H100) is the
+    same device: fastest first by clock, ties in voltage do not reorder clocks; a voltage that
+    rises as the clock falls is refused."""
+    from pydantic import ValidationError
+
+    from devices.power import DevicePower
+
+    s = device("h100-sxm")
+    fastest_first = DevicePower(s)
+    slowest_first = DevicePower(device("h100-sxm", p_states=sorted(s.p_states)))
+    assert slowest_first.mhz == fastest_first.mhz == sorted((f for f, _ in s.p_states),
+                                                            reverse=True)
+    assert slowest_first.volts == fastest_first.volts
+    with pytest.raises(ValidationError, match="must not rise"):
+        device("h100-sxm", p_states=[(1980.0, 1.0), (1890.0, 1.05)])

@@ -249,3 +249,10 @@ def test_bad_values_inside_a_block_are_found_and_the_reference_checks_too():
                          ([0.0, math.inf], [1.0, 1.0]), ([0.0, 1.0], [math.nan, 1.0])):
         with pytest.raises(ScenarioError):
             q.lindley_reference(bad_a, bad_s)
+
+
+def test_a_bad_service_after_a_sub_second_one_is_named_by_its_own_index():
+    """The first offending service is named (a valid 0.5 s service before it is not)."""
+    with pytest.raises(ScenarioError) as err:
+        q.fifo_queue([0.0, 1.0, 2.0], [0.5, -1.0, 1.0])
+    assert [p.path for p in err.value.problems] == ["services[1]"]

@@ -61,10 +61,19 @@ def test_pareto_rows_carry_the_distances_to_both_bounds(tiny):
     from experiments.pareto.evaluate import metrics_row
 
     scen = tiny()
-    s = run(scen).summary
+    res = run(scen)
+    s = res.summary
     row = metrics_row(scen, s)
     k_t_ln2 = K_B * 298.15 * math.log(2)   # 25 C inlet (the default ambient), bf16 = 16 bits
     landauer = math.log10(s["energy_per_iteration_j"]
                           / (s["executed_flops_per_iteration"] * 16 * k_t_ln2))
     assert row["landauer_orders_of_magnitude"] == pytest.approx(landauer, rel=1e-9)
-    assert row["shannon_hartley_orders_of_magnitude"] > 5
+    # Shannon-Hartley: log10(link energy / (bits carried x E_b)), E_b of nvlink4 at the 25 C
+    # inlet and the link's noise figure, from the closed form above and the trace's link table
+    from twin.trace import read_table
+
+    links = read_table(res.trace_path, "links")
+    link = catalog("links").get("nvlink4").values
+    e_b = _closed_form(link, 298.15, link.get("noise_figure_db", 0.0))
+    shannon = math.log10(links["energy_j"].sum() / (links["bytes"].sum() * 8 * e_b))
+    assert row["shannon_hartley_orders_of_magnitude"] == pytest.approx(shannon, rel=1e-9)

@@ -26,6 +26,13 @@ Each worker owns a private copy of the repository in a temporary directory (para
 the mutant is written there and the tests run with that copy first on ``sys.path``. Score =
 (killed + timeout) / (killed + timeout + survived), equivalent mutants excluded.
 
+A *timeout* is a run that used more than ``--timeout-factor`` (default 10) times the CPU time of
+the unmutated run (``RLIMIT_CPU`` on the test process): a mutant that makes the simulation loop
+forever hangs the suite, which is a detection. The limit is on CPU time, not wall time, so other
+jobs loading the machine cannot create false timeouts; a wall-clock backstop (10 x the CPU
+limit) stops a run that blocks without computing and is reported apart (``wall``), counted as
+not detected. The report also gives the score without timeouts (``no-TO``).
+
 Usage::
 
     python tools/mutate.py                       # every module, 2 workers
@@ -43,12 +50,13 @@ import ast
 import csv
 import os
 import random
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import tomllib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -270,6 +278,49 @@ def load_equivalent() -> dict[tuple[str, str], str]:
     return out
 
 
+def _run_limited(cmd: list[str], cwd: Path, env: dict, cpu_limit: float,
+                 wall_limit: float) -> tuple[str, float]:
+    """Run ``cmd`` under a CPU-time limit; returns (status, CPU seconds of the child).
+
+    status: ``survived`` (exit 0), ``killed`` (tests failed), ``no-tests`` (pytest exit 5),
+    ``timeout`` (the CPU limit was hit: SIGXCPU / SIGKILL from ``RLIMIT_CPU``) or
+    ``wall-timeout`` (the wall-clock backstop stopped it).
+    """
+    soft = max(1, int(cpu_limit))
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 5))
+
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=limit)
+    stopped = threading.Event()
+
+    def stop() -> None:
+        stopped.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(wall_limit, stop)
+    timer.start()
+    try:
+        _pid, wstatus, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(wstatus)
+    cpu = usage.ru_utime + usage.ru_stime
+    rc = proc.returncode
+    if rc in (-signal.SIGXCPU, -signal.SIGKILL) and not stopped.is_set():
+        return "timeout", cpu
+    if stopped.is_set():
+        return "wall-timeout", cpu
+    if rc == 0:
+        return "survived", cpu
+    return ("no-tests" if rc == 5 else "killed"), cpu
+
+
 class Sandbox:
     """A private copy of the repository (no .venv/.git) where one mutant at a time is run."""
 
@@ -282,9 +333,16 @@ class Sandbox:
         shutil.copytree(ROOT, self.dir / "repo", ignore=self._IGNORE)
         self.repo = self.dir / "repo"
 
-    def run(self, tests: list[str], timeout: float, module: str | None = None,
-            source: str | None = None) -> tuple[str, float]:
-        """Run ``tests`` with ``module`` replaced by ``source``; returns (status, seconds)."""
+    def run(self, tests: list[str], cpu_limit: float, wall_limit: float,
+            module: str | None = None, source: str | None = None) -> tuple[str, float]:
+        """Run ``tests`` with ``module`` replaced by ``source``; returns (status, CPU seconds).
+
+        ``cpu_limit`` bounds the CPU time of the test process (``RLIMIT_CPU``): a mutant that
+        loops forever uses CPU and hits it, while a run slowed by other jobs on the machine
+        does not (it waits, it does not compute more). ``wall_limit`` is only a backstop for a
+        mutant that blocks without computing; a wall-clock stop is reported as ``wall-timeout``
+        and not counted as detected.
+        """
         path = self.repo / module if module else None
         original = path.read_text() if path else None
         if path is not None and source is not None:
@@ -295,22 +353,15 @@ class Sandbox:
         env = dict(os.environ, PYTHONPATH=str(self.repo), PYTHONHASHSEED="0")
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                "-m", "not slow", "--no-header", "-o", "addopts=", *tests]
-        t0 = time.perf_counter()
+        cpu = [0.0]
         try:
-            proc = subprocess.run(cmd, cwd=self.repo, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=timeout,
-                                  start_new_session=True)
-            status = "survived" if proc.returncode == 0 else "killed"
-            if proc.returncode == 5:
-                status = "no-tests"
-        except subprocess.TimeoutExpired:
-            status = "timeout"
+            status, cpu[0] = _run_limited(cmd, self.repo, env, cpu_limit, wall_limit)
         finally:
             if path is not None and original is not None:
                 path.write_text(original)
                 for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
                     pyc.unlink()
-        return status, time.perf_counter() - t0
+        return status, cpu[0]
 
     def check_isolated(self) -> None:
         """The copy, not the installed checkout, must be what the tests import."""
@@ -333,8 +384,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="run a seeded random sample of at most this many mutants per module")
     ap.add_argument("--seed", type=int, default=0, help="seed of the --max sample")
     ap.add_argument("--jobs", type=int, default=2, help="parallel workers (default 2)")
-    ap.add_argument("--timeout-factor", type=float, default=4.0,
-                    help="per-mutant limit = factor x the unmutated run's time (min 60 s)")
+    ap.add_argument("--timeout-factor", type=float, default=10.0,
+                    help="per-mutant CPU-time limit = factor x the unmutated run's CPU time "
+                         "(at least 30 s); the wall-clock backstop is 10 x that")
+    ap.add_argument("--resume", metavar="CSV",
+                    help="keep the killed / timeout rows of an earlier run's CSV (same mutant "
+                         "ids) and re-run only the other mutants")
+    ap.add_argument("--sample-from", metavar="CSV",
+                    help="run only the mutants listed in an earlier run's CSV (its sample; "
+                         "mutants listed as equivalent since are left out as equivalent)")
     ap.add_argument("--csv", default=str(ROOT / "runs" / "mutation.csv"))
     ap.add_argument("--list", action="store_true", help="list mutants and exit")
     ap.add_argument("--show-survivors", action="store_true", default=True)
@@ -377,27 +435,49 @@ def main(argv: list[str] | None = None) -> int:
                 pool_boxes.append(local.box)
         return local.box
 
+    earlier: dict[tuple[str, str], dict] = {}
+    if args.resume:
+        with open(args.resume, newline="") as fh:
+            for row in csv.DictReader(fh):
+                if row["status"] in ("killed", "timeout"):
+                    earlier[(row["module"], row["id"])] = row
     try:
         for module, ms in plan.items():
             tests = targets[module]
             todo = [m for m in ms if (module, m.id) not in equivalent]
             n_eq = len(ms) - len(todo)
-            if args.max and len(todo) > args.max:
+            if args.sample_from:
+                with open(args.sample_from, newline="") as fh:
+                    listed = {(r["module"], r["id"]) for r in csv.DictReader(fh)
+                              if r["status"] != "equivalent"}
+                n_eq = sum(1 for m in ms if (module, m.id) in listed
+                           and (module, m.id) in equivalent)
+                todo = [m for m in todo if (module, m.id) in listed]
+            elif args.max and len(todo) > args.max:
                 todo = sorted(random.Random(args.seed).sample(todo, args.max),
                               key=lambda m: m.index)
-            status, t_clean = box().run(tests, timeout=1800)
+            counts: Counter = Counter(equivalent=n_eq)
+            kept = [m for m in todo if (module, m.id) in earlier]
+            for m in kept:
+                row = dict(earlier[(module, m.id)])
+                counts[row["status"]] += 1
+                rows.append(row)
+            todo = [m for m in todo if (module, m.id) not in earlier]
+            status, cpu_clean = box().run(tests, cpu_limit=3600, wall_limit=7200)
             if status != "survived":
                 print(f"{module}: the unmutated module fails its tests ({status}); skipped",
                       file=sys.stderr)
                 continue
-            limit = max(60.0, args.timeout_factor * t_clean)  # a loaded machine is slow
-            print(f"{module}: {len(todo)} mutants ({n_eq} equivalent), tests {tests}, "
-                  f"clean run {t_clean:.1f} s, limit {limit:.0f} s", flush=True)
-            counts: Counter = Counter(equivalent=n_eq)
+            # CPU time, not wall time: other jobs on the machine do not make a run use more CPU.
+            limit = max(30.0, args.timeout_factor * cpu_clean)
+            print(f"{module}: {len(todo)} mutants to run ({len(kept)} kept from "
+                  f"{args.resume}, {n_eq} equivalent), tests {tests}, clean run "
+                  f"{cpu_clean:.1f} s CPU, limit {limit:.0f} s CPU", flush=True)
 
             def one(m: Mutant, tests=tests, limit=limit) -> tuple[Mutant, str, float]:
                 try:
-                    st, secs = box().run(tests, limit, m.module, mutated_source(m))
+                    st, secs = box().run(tests, limit, 10 * limit, m.module,
+                                         mutated_source(m))
                 except Exception as exc:  # a mutant that cannot be built is reported, not fatal
                     print(f"  error {m.id}: {exc}", file=sys.stderr, flush=True)
                     return m, "error", 0.0
@@ -411,8 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(dict(module=module, id=m.id, kind=m.kind, line=m.line,
                                      op=m.op, snippet=m.snippet, status=st,
                                      seconds=round(secs, 2)))
-                    if st == "survived" and args.show_survivors:
-                        print(f"  survived {module}:{m.line} [{m.func}] {m.kind} {m.op}: "
+                    if st in ("survived", "wall-timeout", "error") and args.show_survivors:
+                        print(f"  {st} {module}:{m.line} [{m.func}] {m.kind} {m.op}: "
                               f"{m.snippet}", flush=True)
             for m in ms:
                 if (module, m.id) in equivalent:
@@ -431,16 +511,24 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(rows)
     print()
-    print(f"{'module':40s} {'killed':>7s} {'timeout':>7s} {'survived':>8s} {'equiv':>6s} "
-          f"{'score':>6s}")
+    print(f"{'module':40s} {'killed':>7s} {'timeout':>7s} {'survived':>8s} {'wall':>5s} "
+          f"{'equiv':>6s} {'score':>6s} {'no-TO':>6s} {'SE':>5s}")
     worst = 1.0
     for module, c in summary.items():
         det = c["killed"] + c["timeout"]
-        denom = det + c["survived"] + c["no-tests"]
+        undecided = c["survived"] + c["no-tests"] + c["wall-timeout"] + c["error"]
+        denom = det + undecided
         score = det / denom if denom else 1.0
+        # without timeouts: a mutant that only ran out of CPU time is left out of both sides
+        strict = (c["killed"] / (denom - c["timeout"])) if denom - c["timeout"] else 1.0
+        se = (score * (1 - score) / denom) ** 0.5 if denom else 0.0
         worst = min(worst, score)
         print(f"{module:40s} {c['killed']:7d} {c['timeout']:7d} {c['survived']:8d} "
-              f"{c['equivalent']:6d} {100 * score:5.1f}%")
+              f"{c['wall-timeout']:5d} {c['equivalent']:6d} {100 * score:5.1f}% "
+              f"{100 * strict:5.1f}% {100 * se:4.1f}%")
+    print("score = (killed + timeout) / all decided non-equivalent; no-TO = killed / (all - "
+          "timeout); SE = binomial standard error of the score when the mutants are a sample "
+          "(--max); wall = stopped by the wall-clock backstop (counted as not detected)")
     print(f"\nCSV: {out}")
     return 0 if worst >= 0.85 else 1
 

@@ -266,10 +266,13 @@ class TransformerCosts:
         scores = b * heads_r * s * s                       # elements of the score matrix
         qk_bytes = (heads_r + kv_r) * tokens * d * e + scores * e
         pv_bytes = scores * e + (kv_r + heads_r) * tokens * d * e
-        softmax = Kernel("softmax", self.k["softmax_flops"] * scores * k, 2 * scores * e * k,
-                         False)
+        # softmax: forward reads x, writes y (2 S e); backward dx = y (dy - sum(dy y)) reads y
+        # and dy and writes dx (3 S e). Dropout: forward reads x, writes y and a 1-byte mask;
+        # backward dx = dy mask / (1 - p) reads dy and the mask, writes dx: S (2e + 1) both ways.
+        softmax = Kernel("softmax", self.k["softmax_flops"] * scores * k,
+                         (3 if backward else 2) * scores * e, False)
         dropout = Kernel("dropout", self.k["dropout_flops"] * scores * k,
-                         scores * (2 * e + 1) * k, False)
+                         scores * (2 * e + 1), False)
         batch = b * heads_r
         return [Kernel("attn_scores", gemm_flops, qk_bytes * k, True, (batch, s, s), depth=d),
                 softmax, dropout,
@@ -291,11 +294,18 @@ class TransformerCosts:
         return Block("mlp_bwd" if backward else "mlp_fwd", tuple(ks))
 
     def embedding_block(self, backward: bool = False) -> Block:
-        """Token (+ position) embedding lookup: memory-bound gather / scatter-add."""
+        """Token (+ position) embedding lookup: memory-bound gather / scatter-add.
+
+        Forward: one row per token read from each table (token; GPT also a learned position
+        table) and the sum written: 3 rows per token for GPT, 2 for Llama (no position table,
+        rotary is applied in attention). Backward: the output gradient read and one gradient
+        row written per table (the same 3 / 2)."""
         tokens = self.b * self.s
         h = self.m.hidden
         name = "embed_bwd" if backward else "embed_fwd"
-        k = Kernel(name, tokens * h, 3 * tokens * h * self.e / (self.t if self.sp else 1), False)
+        rows = 3 if self.m.arch == "gpt" else 2
+        k = Kernel(name, tokens * h, rows * tokens * h * self.e / (self.t if self.sp else 1),
+                   False)
         return Block(name, (k,))
 
     def logits_block(self, backward: bool = False) -> Block:
