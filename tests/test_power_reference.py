@@ -574,20 +574,25 @@ def test_tdp_w_must_leave_dynamic_power(margin_w, ok):
             device("h100-sxm", tdp_w=tdp)
 
 
-@pytest.mark.parametrize("cap_w,ok", [(0.6, True), (0.4, False)])
-def test_a_cap_just_above_a_sub_watt_idle_board_is_feasible(cap_w, ok):
-    """A board without P-states or a transition latency (basic model) that idles at 0.5 W:
-    the cap floor is its idle power alone, so 0.6 W is feasible and 0.4 W is not."""
+def _check_cap_feasibility(spec: PowerSpec, cm: ComputeModel, ok: bool) -> None:
+    """Planning one block under ``spec`` succeeds when ``ok``, else is an InfeasibleConfig."""
     from twin.kernel.errors import InfeasibleConfig
 
-    s = device("h100-sxm", basic=True, idle_w=0.5)
-    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
-    spec = PowerSpec.model_validate({"cap_w": cap_w})
     if ok:
         PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
     else:
         with pytest.raises(InfeasibleConfig):
             PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+
+
+@pytest.mark.parametrize("cap_w,ok", [(0.6, True), (0.4, False)])
+def test_a_cap_just_above_a_sub_watt_idle_board_is_feasible(cap_w, ok):
+    """A board without P-states or a transition latency (basic model) that idles at 0.5 W:
+    the cap floor is its idle power alone, so 0.6 W is feasible and 0.4 W is not."""
+    s = device("h100-sxm", basic=True, idle_w=0.5)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    spec = PowerSpec.model_validate({"cap_w": cap_w})
+    _check_cap_feasibility(spec, cm, ok)
 
 
 def test_design_power_is_the_alert_figure_else_the_budget_else_boards_plus_links():
@@ -678,8 +683,6 @@ def test_without_transitions_the_cap_floor_is_idle_at_the_lowest_p_state(factor,
     """No transition latency (and nothing that changes clocks: throttling off): the cap floor
     is the board's idle power at the lowest P-state (1.02 V on the two-state H100) at the
     temperature limit, from the catalog definitions."""
-    from twin.kernel.errors import InfeasibleConfig
-
     s = device("h100-sxm", p_states=_two_state_h100().p_states, dvfs_transition_us=None)
     cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
     reg = cm.power.regulator
@@ -687,11 +690,7 @@ def test_without_transitions_the_cap_floor_is_idle_at_the_lowest_p_state(factor,
     v_low = min(s.p_states, key=lambda p: p[0])[1]
     floor = reg.input_power(base + ref_leak(s, v_low, s.temp_limit_c))
     spec = PowerSpec.model_validate({"cap_w": floor * factor, "thermal": {"throttle": False}})
-    if ok:
-        PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
-    else:
-        with pytest.raises(InfeasibleConfig):
-            PowerSetup(spec, cm, stage_blocks={0: _blocks()[:1]})
+    _check_cap_feasibility(spec, cm, ok)
 
 
 def test_bubble_clock_defaults_to_the_lowest_p_state():
