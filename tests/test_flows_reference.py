@@ -518,3 +518,13 @@ def test_flows_that_end_a_step_together_but_step_at_different_speeds_keep_the_ba
     ref = fluid(cap, [tr, *bg, probe])
     assert ref[-1] == pytest.approx(1.7 / speed, rel=1e-9)
     assert ends == pytest.approx(ref, rel=1e-9)
+
+
+def test_a_flow_cut_with_less_than_one_byte_left_still_resumes():
+    """Flow 0 (20 B on link 0 at 10 B/s) is cut at t = 1.96, 0.4 B short of done, and resumed
+    at t = 3 over link 3: the last 0.4 B must still be sent (a sub-byte remainder is not "done";
+    only the engine's 1e-6 B tolerance is)."""
+    transfers = [dict(start=0.0, routes=[[0], [1]], sizes=[20.0, 12.0])]
+    ends, net = _check(transfers, cuts=[(1.96, 0, 0, 3.0, [3])])
+    assert ends[0] == pytest.approx(3.0 + 0.4 / CAP[3])
+    assert net.link_bytes[[0, 3]] == pytest.approx([19.6, 0.4])
