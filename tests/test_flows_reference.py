@@ -530,14 +530,12 @@ def test_a_flow_cut_with_less_than_one_byte_left_still_resumes():
     assert net.link_bytes[[0, 3]] == pytest.approx([19.6, 0.4])
 
 
-@pytest.mark.xfail(strict=False, reason="bug (issue 15, branch flowsmut): when every pending "
-                   "flow of a stepped transfer is within 1e-6 of a step of its end at a "
-                   "re-allocation, _step_target's step count top is 0 and its target -1 step, "
-                   "so the flows run on (here both transfers end 0.2 s late)")
 def test_flows_all_within_the_step_tolerance_of_the_end_at_a_reallocation_finish_then():
     """Two in-step flows (1000 B at 10 B/s, 400 B at 4 B/s, 2 steps) both end at t = 100; a
     transfer joins link 0 at t = 100 - 5e-6, when flow 0 has 5e-5 B (1e-7 of a step) left:
-    flow 0 then ends at 100 + 5e-6 (5e-5 B at 5 B/s), the joiner 0.1 s later."""
+    flow 0 then ends at 100 + 5e-6 (5e-5 B at 5 B/s), the joiner 0.1 s later. (Found by the
+    mutation run of branch flowsmut: the step target was -1 step when every pending flow was
+    within the step count's tolerance of its end, so both ended 0.2 s late.)"""
     transfers = [dict(start=0.0, routes=[[0], [2]], sizes=[1000.0, 400.0], steps=2),
                  dict(start=100.0 - 5e-6, routes=[[0]], sizes=[1.0])]
     ends, _net = _check(transfers)

@@ -652,7 +652,8 @@ class FlowNetwork:
             # the barrier, instead of letting it run on into the next step alone.
             top = wait + 1.0
         step = tr.step_size[act]
-        target = (top - 1.0) * step
+        # every pending flow within the tolerance of its end (top 0): the target is that end
+        target = (max(top, 1.0) - 1.0) * step
         if len(act) == n_pending:
             sl = step.tolist()
             tl = target.tolist()
