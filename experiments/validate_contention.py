@@ -19,22 +19,12 @@ import pandas as pd
 
 
 def _rows(only: str | None):
-    from twin.published import korthikanti_scenario, mpt_scenario, published_data
+    from twin.published import cases
 
-    data = published_data()
-    if only in (None, "korthikanti"):
-        for model, gpus, tp, pp, v, gb, mb, ref in data["korthikanti"]["rows"]:
-            if gpus > 64:  # the 530B / 1T rows take minutes (twin validate --only
-                continue   # training-large)
-            yield (f"korthikanti {model} {gpus} A100 tp{tp} pp{pp} v{v}", ref,
-                   korthikanti_scenario(model, gpus, tp, pp, v, gb, mb))
-    if only in (None, "mpt"):
-        m = data["mpt"]
-        for name, seq, gpus, micro, _accum, batch, ckpt, tps, _mfu in m["rows"]:
-            yield (f"mpt {name} seq{seq} {gpus} A100{' ckpt' if ckpt else ''}",
-                   batch * seq / (tps * gpus),
-                   mpt_scenario(name, seq, gpus, micro, batch, ckpt, m["models"][name],
-                                m["vocab"]))
+    for which in ("korthikanti", "mpt"):
+        if only in (None, which):
+            for label, ref, scen, _source in cases(which):
+                yield label, ref, scen
 
 
 def run(sets: list[str], only: str | None = None) -> pd.DataFrame:

@@ -116,6 +116,29 @@ def mpt_scenario(name: str, seq: int, gpus: int, micro: int, batch: int, ckpt: b
     return load_scenario(raw)
 
 
+def cases(which: str, large: bool = False):
+    """The published training rows of set ``which`` (``korthikanti`` or ``mpt``) as
+    ``(label, published iteration time s, scenario, source note)``, scenarios built lazily;
+    Korthikanti rows above 64 GPUs (530B, 1T: minutes of simulation) only when ``large``."""
+    data = published_data()
+    if which == "korthikanti":
+        for model, gpus, tp, pp, v, gb, mb, ref in data["korthikanti"]["rows"]:
+            if (gpus > 64) == large:
+                yield (f"korthikanti {model} {gpus} A100 tp{tp} pp{pp} v{v}", ref,
+                       korthikanti_scenario(model, gpus, tp, pp, v, gb, mb),
+                       "Korthikanti et al. 2022 Table 5")
+    elif which == "mpt":
+        m = data["mpt"]
+        for name, seq, gpus, micro, _accum, batch, ckpt, tps, mfu in m["rows"]:
+            yield (f"mpt {name} seq{seq} {gpus} A100 FSDP{' ckpt' if ckpt else ''}",
+                   batch * seq / (tps * gpus),  # iteration time from tokens/s per GPU
+                   mpt_scenario(name, seq, gpus, micro, batch, ckpt, m["models"][name],
+                                m["vocab"]),
+                   f"llm-foundry MPT benchmarks (published MFU {mfu:.3f})")
+    else:
+        raise ValueError(f"unknown published set {which!r}; allowed: korthikanti, mpt")
+
+
 # ----------------------------------------------------------------------------- breakdown
 BREAKDOWN = ("compute", "other_kernels", "optimizer", "exposed_tp", "exposed_dp", "pipeline_wait",
              "other")

@@ -309,61 +309,35 @@ def _fmt_breakdown(b: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in b.items())
 
 
-def _korthikanti(rows_wanted) -> list[Row]:
-    from twin.published import korthikanti_scenario, simulate_summary
+def _published(which: str, large: bool = False) -> list[Row]:
+    """Simulate the published rows of ``which`` (``twin.published.cases``)."""
+    from twin.published import cases, simulate_summary
 
     rows = []
-    for model, gpus, tp, pp, v, gb, mb, ref in rows_wanted:
-        s, b = simulate_summary(korthikanti_scenario(model, gpus, tp, pp, v, gb, mb))
-        rows.append(Row("published", f"korthikanti {model} {gpus} A100 tp{tp} pp{pp} v{v}",
-                        s["iteration_time_s"], ref, "s", 0.10,
-                        f"Korthikanti et al. 2022 Table 5; MFU {s['mfu']:.3f}; "
-                        f"{_fmt_breakdown(b)}", breakdown=b))
+    for label, ref, scen, source in cases(which, large):
+        s, b = simulate_summary(scen)
+        rows.append(Row("published", label, s["iteration_time_s"], ref, "s", 0.10,
+                        f"{source}; twin MFU {s['mfu']:.3f}; {_fmt_breakdown(b)}",
+                        breakdown=b))
     return rows
-
-
-def _korthikanti_rows(large: bool) -> list:
-    from twin.published import published_data
-
-    rows = published_data()["korthikanti"]["rows"]
-    return [r for r in rows if (r[1] > 64) == large]
 
 
 @check("training")
 def training_iteration_times() -> list[Row]:
     """Korthikanti et al. (2022) Table 5 iteration times: the two smaller rows (fast)."""
-    return _korthikanti(_korthikanti_rows(False))
+    return _published("korthikanti")
 
 
 @check("training-large")
 def training_iteration_times_large() -> list[Row]:
     """Korthikanti et al. (2022) Table 5: the 530B and 1T rows (minutes of simulation)."""
-    return _korthikanti(_korthikanti_rows(True))
-
-
-def _mpt(rows_wanted) -> list[Row]:
-    from twin.published import mpt_scenario, published_data, simulate_summary
-
-    data = published_data()["mpt"]
-    rows = []
-    for name, seq, gpus, micro, _accum, batch, ckpt, tps, mfu in rows_wanted:
-        scen = mpt_scenario(name, seq, gpus, micro, batch, ckpt, data["models"][name],
-                            data["vocab"])
-        s, b = simulate_summary(scen)
-        ref = batch * seq / (tps * gpus)  # iteration time from tokens/s per GPU
-        rows.append(Row("published", f"mpt {name} seq{seq} {gpus} A100 FSDP"
-                        f"{' ckpt' if ckpt else ''}", s["iteration_time_s"], ref, "s", 0.10,
-                        f"llm-foundry MPT benchmarks (published MFU {mfu:.3f}); twin MFU "
-                        f"{s['mfu']:.3f}; {_fmt_breakdown(b)}", breakdown=b))
-    return rows
+    return _published("korthikanti", large=True)
 
 
 @check("mpt")
 def mpt_iteration_times() -> list[Row]:
     """MosaicML MPT FSDP benchmarks on A100 (single-node rows and the 64-GPU 70B row)."""
-    from twin.published import published_data
-
-    return _mpt(published_data()["mpt"]["rows"])
+    return _published("mpt")
 
 
 @check("published")
