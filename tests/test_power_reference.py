@@ -324,24 +324,30 @@ def test_initial_die_temperature_is_the_steady_state_of_the_stage_load(initial):
     assert setup.initial_temp_c(amb, 0) == pytest.approx(t, abs=1e-6)
 
 
+def _cap_reference(s: DeviceSpec):
+    """The compute model of ``s``, its P-states fastest first, and the reference board power
+    ``board(block, f, v)`` of a block at P-state (f, v) at the temperature limit, W."""
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    reg = cm.power.regulator
+    base, dyn = ref_unknowns(s, reg)
+    states = sorted(s.p_states, key=lambda p: -p[0])
+    f_top, v_top = states[0]
+
+    def board(b, f, v):
+        d, e_dyn, e_hbm = ref_block_energy(s, b, dyn, f_top / f, v / v_top)
+        return reg.input_power((e_dyn + e_hbm) / d + base + ref_leak(s, v, s.temp_limit_c))
+
+    return cm, states, board
+
+
 def test_power_cap_plans_the_fastest_p_state_whose_blocks_fit():
     """``power.cap_w``: each stage runs at the fastest P-state at which every one of its blocks
     draws at most the cap at the temperature limit (board power from the reference), the
     slowest when none does."""
     from twin.kernel.errors import InfeasibleConfig
 
-    s = device("h100-sxm")
-    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
-    reg = cm.power.regulator
-    base, dyn = ref_unknowns(s, reg)
-    states = sorted(s.p_states, key=lambda p: -p[0])
-    f_top, v_top = states[0]
+    cm, states, board = _cap_reference(device("h100-sxm"))
     blocks = _blocks()[:3]
-
-    def board(b, f, v):
-        d, e_dyn, e_hbm = ref_block_energy(s, b, dyn, f_top / f, v / v_top)
-        return reg.input_power((e_dyn + e_hbm) / d + base + ref_leak(s, v, s.temp_limit_c))
-
     seen_mid = False
     for cap in (690.0, 600.0, 500.0, 400.0, 300.0, 250.0, 200.0):
         try:
@@ -395,20 +401,11 @@ def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
 def test_cap_below_every_p_state_falls_back_to_the_slowest():
     """A feasible cap that no P-state's blocks meet: the stage runs at the slowest P-state (the
     blocks are then stretched at run time), checked against the reference board power."""
-    s = _two_state_h100()
-    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
-    reg = cm.power.regulator
-    base, dyn = ref_unknowns(s, reg)
-    states = sorted(s.p_states, key=lambda p: -p[0])
-    f_top, v_top = states[0]
+    cm, states, board = _cap_reference(_two_state_h100())
     blocks = _blocks()[:3]
     cap = 300.0
     for f, v in states:
-        highest = max(reg.input_power(
-            (lambda d, e_dyn, e_hbm: (e_dyn + e_hbm) / d)(*ref_block_energy(
-                s, b, dyn, f_top / f, v / v_top)) + base + ref_leak(s, v, s.temp_limit_c))
-            for b in blocks)
-        assert highest > cap  # some block exceeds the cap at every P-state
+        assert max(board(b, f, v) for b in blocks) > cap  # some block exceeds the cap
     setup = PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm,
                        stage_blocks={0: blocks, 1: blocks[:1]})
     assert setup.cap_ps == {0: len(states) - 1, 1: len(states) - 1}
