@@ -88,7 +88,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     net = scen.network
     fabric = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
                     model=net.model, packet_bytes=net.packet_kib * 1024,
-                    retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink)
+                    retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink,
+                    hbm_ports=transfers_capped(scen))
     rngs = RngStreams(scen.seed)
     sigma = Accelerator.sigma_for_cov(scen.simulation.compute_jitter_cov)
     power = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
@@ -98,7 +99,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                                 rngs.get(f"class/{c}"), power,
                                 int(model.layout.class_stage[c]))
                     for c, ranks in enumerate(model.layout.classes)]
-    streams, pcie = device_streams(scen, model, env, accelerators, rngs)
+    streams, pcie = device_streams(scen, model, env, accelerators, rngs, fabric)
     if scen.power.manager.budget_w is not None:
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
     job = JobController(env, scen.job.policy(), scen.workload.iterations,
@@ -159,11 +160,19 @@ def _h2d_bytes_per_s(scen: Scenario) -> float:
     return (d.pcie_gbps or d.host.pcie_h2d_gbps) * 1e9
 
 
+def transfers_capped(scen: Scenario) -> bool:
+    """Whether transfers pay for HBM contention (``memory.transfer_cap`` with a controller
+    model; the fabric's HBM ports exist in the flow model only)."""
+    return (scen.memory.model != "roofline" and scen.memory.transfer_cap
+            and scen.network.model == "flow")
+
+
 def device_streams(scen: Scenario, model: Model, env, accelerators: list[Accelerator],
-                   rngs: RngStreams) -> tuple[list | None, object]:
+                   rngs: RngStreams, fabric=None) -> tuple[list | None, object]:
     """The device agents of every class (``devices.interference``) and the PCIe fabric of the
     data path (``devices.pcie``), or ``(None, None)`` when nothing is shared (roofline memory,
-    no SM contention): then nothing changes from the plain roofline."""
+    no SM contention): then nothing changes from the plain roofline. With
+    ``memory.transfer_cap`` each agent caps its devices' HBM ports on ``fabric``."""
     cl, mem = scen.cluster, scen.memory
     h2d = _h2d_bytes_per_s(scen)
     bound = "bandwidth" if mem.bound == "auto" else None
@@ -195,9 +204,12 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
         on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
         # one agent for many ranks: its TP group meets after every block (slowest draw)
         group = scen.workload.parallelism.tp if model.symmetric and acc.n > 1 else 1
+        on_ports = None
+        if fabric is not None and getattr(fabric, "ports", False):
+            on_ports = (lambda cap, devs=devs: fabric.set_port_capacity(devs, cap))
         agent = DeviceStreams(env, acc.n, cl.device.compute_units, shares, memory, latency,
                               mem.latency_below_mb * 1e6, rngs.get(f"memory/class/{c}"),
-                              on_net, group=min(group, acc.n))
+                              on_net, group=min(group, acc.n), on_ports=on_ports)
         acc.streams = agent
         acc.memory = memory  # its memory_* report (the agent draws)
         out.append(agent)
@@ -221,7 +233,8 @@ def copy_ports(model: Model, pcie, streams: list | None):
             else:
                 agent.end("h2d")
 
-        return pcie.port(int(lay.device[rank]), on_copy)
+        cap = agent.h2d_cap if model.scenario.memory.transfer_cap else None
+        return pcie.port(int(lay.device[rank]), on_copy, cap)
 
     return port
 
