@@ -207,7 +207,7 @@ class Fabric:
         if not self.ports:
             return routes
         n = self.topo.n_links
-        return [tuple(r) + (n + int(a), n + int(b)) if len(r) else r
+        return [(*tuple(r), n + int(a), n + int(b)) if len(r) else r
                 for r, a, b in zip(routes, src, dst, strict=True)]
 
     def _real(self, route) -> int:

@@ -10,6 +10,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -204,9 +205,8 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
         on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
         # one agent for many ranks: its TP group meets after every block (slowest draw)
         group = scen.workload.parallelism.tp if model.symmetric and acc.n > 1 else 1
-        on_ports = None
-        if fabric is not None and getattr(fabric, "ports", False):
-            on_ports = (lambda cap, devs=devs: fabric.set_port_capacity(devs, cap))
+        on_ports = (partial(fabric.set_port_capacity, devs)
+                    if fabric is not None and getattr(fabric, "ports", False) else None)
         agent = DeviceStreams(env, acc.n, cl.device.compute_units, shares, memory, latency,
                               mem.latency_below_mb * 1e6, rngs.get(f"memory/class/{c}"),
                               on_net, group=min(group, acc.n), on_ports=on_ports)
