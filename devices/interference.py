@@ -198,7 +198,7 @@ class DeviceStreams:
         self._fresh_buf: dict[tuple, list] = {}  # (requests, mix) -> [draws, next index]
         self.on_ports = on_ports if memory is not None else None
         self._port_cap = math.inf  # what on_ports was last told, bytes/s
-        self.port_capped_s = 0.0   # seconds the ports were capped (x devices: no)
+        self.port_capped_s = 0.0   # seconds the ports were capped (closed intervals)
         self._capped_since: float | None = None
         self.port_cap_min = math.inf  # smallest port capacity set, bytes/s
 
@@ -257,6 +257,12 @@ class DeviceStreams:
         if mem is None or self._running is None or self._h2d <= 0:
             return math.inf
         return mem.dma_caps(self._clip(self.mix))[1]
+
+    def capped_s(self) -> float:
+        """Seconds the class's HBM ports have been capped so far (an open interval counted
+        up to now)."""
+        open_s = self.env.now - self._capped_since if self._capped_since is not None else 0.0
+        return self.port_capped_s + open_s
 
     def _clip(self, mix: tuple[int, int]) -> tuple[int, int]:
         """``mix`` clipped to the model's ``max_streams`` (without counting it as a block)."""
@@ -493,17 +499,26 @@ def streams_report(agents: list[DeviceStreams]) -> dict[str, Any]:
     bandwidth- and latency-bound parts alike; weights: their uncontended durations),
     ``contention_slowdown_mean`` (compute time with contention over compute time without, HBM
     and SMs together) and
-    ``sm_max_used`` (most SMs collectives took at once)."""
+    ``sm_max_used`` (most SMs collectives took at once); with ``memory.transfer_cap``
+    ``hbm_port_capped_s`` (mean over devices of the seconds their HBM ports were capped:
+    network transfers limited by the DMA share a running block left them) and
+    ``hbm_port_cap_min_gbps`` (the smallest port capacity set, GB/s of HBM traffic; None
+    when no port was capped)."""
     w = sum(a.totals()[0] for a in agents)
+    n = sum(a.n for a in agents)
+    capped = sum(a.capped_s() * a.n for a in agents)
+    low = min((a.port_cap_min for a in agents), default=math.inf)
     return {
         "hbm_max_streams": max((a.max_streams for a in agents), default=0),
         "hbm_slowdown_mean": sum(a.totals()[1] for a in agents) / w if w > 0 else 1.0,
         "contention_slowdown_mean": sum(a.totals()[2] for a in agents) / w if w > 0 else 1.0,
         "sm_max_used": max((a.max_sm_used for a in agents), default=0),
+        "hbm_port_capped_s": capped / n if n else 0.0,
+        "hbm_port_cap_min_gbps": low / 1e9 if math.isfinite(low) else None,
     }
 
 
 def no_streams_report() -> dict[str, Any]:
     """:func:`streams_report` of a run without device agents (roofline, nothing shared)."""
     return {"hbm_max_streams": 0, "hbm_slowdown_mean": 1.0, "contention_slowdown_mean": 1.0,
-            "sm_max_used": 0}
+            "sm_max_used": 0, "hbm_port_capped_s": 0.0, "hbm_port_cap_min_gbps": None}
