@@ -297,3 +297,24 @@ def test_host_copy_rate_is_capped_at_its_hbm_share():
         assert env.now == pytest.approx(1e9 / rate, rel=1e-12)
         assert seen == [1, "cap", -1]
         assert port.hbm_capped == (1 if cap < 25e9 else 0)
+
+
+# ----------------------------------------------------------------- a whole run
+def test_whole_run_caps_the_ports_while_blocks_run_beside_transfers():
+    """``scenarios/hbm_frfcfs.yaml`` (DP buckets beside the backward pass, pipeline sends):
+    the ports are capped for part of the run, at no more than the controller's DMA share
+    of one stream (the smallest mix that caps), and ``transfer_cap: false`` leaves them
+    uncapped; the fabric of a roofline run has no ports."""
+    from twin.runner import run
+
+    base = load_scenario(ROOT / "scenarios" / "hbm_frfcfs.yaml").replace([
+        "trace.enabled=false", "workload.iterations=1", "memory.batches=8"])
+    on = run(base).summary
+    off = run(base.replace(["memory.transfer_cap=false"])).summary
+    assert 0.0 < on["hbm_port_capped_s"] < on["makespan_s"]
+    cl = base.cluster
+    mm = build_memory_model(base.memory, cl.device, cl.link, cl.links_per_edge,
+                            np.random.default_rng(0))
+    assert on["hbm_port_cap_min_gbps"] <= mm.offered_bytes_per_s()[0] / 1e9
+    assert off["hbm_port_capped_s"] == 0.0 and off["hbm_port_cap_min_gbps"] is None
+    assert run(base.replace(["memory.model=roofline"])).summary["hbm_port_capped_s"] == 0.0
