@@ -5,8 +5,9 @@ with ``memory.model: roofline`` and with the contention model of issue 12 (devic
 every class: FR-FCFS or queue controller at the running mix, collectives taking SMs), with and
 without chunked TP overlap; each contended variant is compared with the roofline run of the
 same timeline; ``-no-cap`` variants turn ``memory.transfer_cap`` off (transfers at the
-fabric's rates: what the HBM ports cost and change). ``per_device_draws: false`` keeps rank symmetry (one agent per class draws);
-the per-device variant (symmetry off, 64 agents) is shown for what independent draws cost.
+fabric's rates: what the HBM ports cost and change). ``per_device_draws: false`` keeps rank
+symmetry (one agent per class draws); the per-device variant (symmetry off, 64 agents) is
+shown for what independent draws cost.
 Each variant runs in a fresh subprocess; target: contention wall <= 3x roofline wall.
 ``python -m experiments.bench_contention --variant frfcfs`` prints one JSON line.
 """
