@@ -112,7 +112,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
         data = build_data_path(env, scen.data, model.layout, topo.kind, topo.shape,
                                w.micro_batch, w.seq, w.model.vocab, model.microbatches,
                                w.iterations, record=record_data,
-                               pcie_port=copy_ports(model, pcie, streams))
+                               pcie_port=copy_ports(model, pcie, streams),
+                               on_copied=_copy_energy(scen, accelerators))
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
@@ -147,6 +148,19 @@ def _comm_energy(scen: Scenario):
     from devices.interference import sm_shares
 
     return sm_shares()
+
+
+def _copy_energy(scen: Scenario, accelerators: list[Accelerator]):
+    """``on_copied`` of the data path when communication draws device energy
+    (``power.communication_energy``): a host-to-device copy writes its bytes to the
+    device's HBM at the catalog's ``hbm_pj_per_bit`` (copy engines: no SMs); else None."""
+    if not scen.power.communication_energy:
+        return None
+
+    def on_copied(cls: int, t0: float, t1: float, nbytes: float) -> None:
+        accelerators[cls].communication(t0, t1, nbytes, 0, 0.0, copy=True)
+
+    return on_copied
 
 
 def _h2d_bytes_per_s(scen: Scenario) -> float:
