@@ -69,6 +69,29 @@ def test_two_flows_into_one_port_get_the_max_min_share():
         assert env.now == pytest.approx(tau + t_first + rest / alone, rel=1e-9)
 
 
+def test_a_cached_allocation_follows_the_port_capacity():
+    """The same route pattern (one ``key``) alone at port capacity ``P`` and again at ``P /
+    4``: max-min rate ``min(link, P)`` each time, so the allocation cached for the pattern
+    must not be reused across capacities; a change while it runs re-shares at once."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([8.0, np.inf]), variable=np.array([False, True]))
+    for cap in (6.0, 1.5, 6.0):
+        net.set_capacity([1], cap)
+        tr = net.transfer([[0, 1]], [12.0], key="p2p")
+        assert net.rates()[tr.id] == pytest.approx([min(8.0, cap)], rel=1e-12)
+        t0 = env.now
+        env.run(until=tr.done)
+        assert env.now - t0 == pytest.approx(12.0 / min(8.0, cap), rel=1e-12)
+    tr = net.transfer([[0, 1]], [12.0], key="p2p")
+    t0 = env.now
+    env.run(until=t0 + 1.0)
+    net.set_capacity([1], 3.0)  # 6 bytes done at 6 B/s, the other 6 at 3 B/s
+    assert net.rates()[tr.id] == pytest.approx([3.0], rel=1e-12)
+    net.set_capacity([1], 3.0)  # no change: nothing to do
+    env.run(until=tr.done)
+    assert env.now - t0 == pytest.approx(1.0 + 2.0, rel=1e-12)
+
+
 def test_set_capacity_refuses_fixed_links_and_non_positive_capacity():
     env = simpy.Environment()
     net = FlowNetwork(env, np.array([1.0, np.inf]), variable=np.array([False, True]))
