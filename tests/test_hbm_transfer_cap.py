@@ -99,6 +99,9 @@ def test_set_capacity_refuses_fixed_links_and_non_positive_capacity():
         net.set_capacity([0], 2.0)
     with pytest.raises(ValueError, match="> 0"):
         net.set_capacity([1], 0.0)
+    net.set_capacity([1], 0.25)  # any positive capacity, however small
+    tr = net.transfer([[0, 1]], [1.0])
+    assert net.rates()[tr.id] == pytest.approx([0.25], rel=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(6))
