@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devices.fabric import Fabric
+from devices.fabric import Fabric, Phase
 from devices.spec import LinkSpec
 from topologies.graph import build_topology
 from topologies.routing import Router
@@ -98,8 +98,7 @@ def test_closed_form_equals_the_flow_engine_alone(algorithm):
 
 def test_no_closed_form_when_flows_of_a_phase_drain_at_different_times():
     """Flows that share a link unequally park at step barriers: the flow engine's business."""
-    env, topo, fab, _ = _switched_fabric()
-    from devices.fabric import Phase
+    _env, _topo, fab, _ = _switched_fabric()
 
     ph = Phase(np.array([0, 0, 3]), np.array([1, 2, 4]), np.array([1e6, 1e6, 1e6]), 2)
     assert fab.closed_form(ph) is None  # GPU 0's uplink carries two flows, GPU 3's one
@@ -191,8 +190,8 @@ def test_falls_back_where_tp_links_are_shared_or_can_fail():
 def test_static_check_sees_every_other_route():
     """The exclusive groups of a mixed layout: direct check of the link sets."""
     from twin.build import build
-    from twin.runner import simulate
     from twin.kernel.records import Recorder
+    from twin.runner import simulate
 
     d = {"name": "mixed", "seed": 3,
          "cluster": {"topology": {"kind": "switched", "shape": [8, 4]}, "device": "h100-sxm",
