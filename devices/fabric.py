@@ -36,7 +36,7 @@ import simpy
 from devices.link import Link, LinkDown
 from devices.spec import LinkSpec
 from topologies.routing import NoRoute, Router
-from twin.kernel.flows import FlowNetwork, Transfer
+from twin.kernel.flows import FlowNetwork, Transfer, max_min_rates
 
 
 class _Abort:
@@ -157,6 +157,8 @@ class Fabric:
         self._restored = env.event()  # fires (and is replaced) whenever an edge comes back
         self._steps: dict[int, int] = {}  # steps of each in-flight flow-model transfer
         self.on_stall: Callable[[int, int], None] | None = None  # called on every NoRoute
+        self._closed: dict[Phase, tuple] = {}  # see closed_form
+        self.closed_form_runs = 0  # phase sequences costed in closed form (start_closed)
         self.ports = hbm_ports and model == "flow"
         if self.ports:  # link ids n .. n + devices - 1: the devices' HBM ports
             cap = np.concatenate([self.capacity, np.full(topo.n_devices, np.inf)])
@@ -303,6 +305,74 @@ class Fabric:
         else:
             done.succeed()
         return done
+
+    def closed_form(self, phase: Phase) -> tuple[float, float, np.ndarray, np.ndarray] | None:
+        """What the flow engine would give ``phase`` alone on the network, in closed form:
+        ``(drain s, latency s, links, bytes per link)`` with drain = the time its flows take
+        at their max-min rates among themselves (steps x step bytes / rate) and latency =
+        steps x the per-step alpha of :meth:`_plan` (the protocol's step latency, base latency
+        and bandwidth-fraction term of ``workloads.nccl``, or the links' overhead + hops).
+
+        Only when every flow has a route and all flows drain in the same time (then no flow
+        parks at a step barrier and the bulk-synchronous transfer is exactly ``drain``);
+        otherwise None (the caller uses the flow network). Cached per phase and failures.
+        """
+        failed = self.router.failed_edges
+        hit = self._closed.get(phase)
+        if hit is not None and hit[0] == failed:
+            return hit[1]
+        plan = self._plan(phase)
+        out = None
+        if plan is not None and self.model == "flow":
+            routes, alpha, _hops, _pp, total = plan[:5]
+            pos = total > 0
+            if len(routes) and all(len(r) for r in routes) and pos.any():
+                lens = [len(r) for r in routes]
+                owner = np.repeat(np.arange(len(routes)), lens)
+                links = np.concatenate([np.asarray(r, dtype=np.int64) for r in routes])
+                rate = max_min_rates(owner, links, len(routes), self.capacity)
+                drain = total[pos] / rate[pos]
+                t = float(drain.max())
+                if float(drain.min()) >= t * (1.0 - 1e-12):
+                    uniq, inv = np.unique(links, return_inverse=True)
+                    per_link = np.bincount(inv, weights=total[owner], minlength=len(uniq))
+                    out = (t, alpha * phase.steps, uniq, per_link)
+        self._closed[phase] = (failed, out)
+        return out
+
+    def start_closed(self, phases: list[Phase], name: str = "", owner: int = -1) -> simpy.Event:
+        """Run ``phases`` one after the other in closed form (:meth:`closed_form` of each
+        must not be None): one timeout of the summed drain + latency times instead of flow
+        transfers. Bytes, link byte and busy counters and message rows are those the flow
+        engine gives the same phases alone on their links, so this is exact only when no
+        other traffic can share those links while they run: the caller guarantees that
+        (``workloads.executor.Executor`` checks it statically for tensor-parallel groups)."""
+        costs = [self.closed_form(ph) for ph in phases]
+        t0 = self.env.now
+        for ph in phases:
+            sent = self._plan(ph)[6]
+            self.bytes_sent[sent[0]] += sent[1]
+        total = 0.0
+        for drain, lat, _l, _b in costs:
+            total += drain + lat
+        self.closed_form_runs += 1
+        ev = self.env.timeout(total)
+
+        def finished(_e: object) -> None:
+            fl = self.flows
+            t = t0
+            for ph, (drain, lat, links, per_link) in zip(phases, costs, strict=True):
+                plan = self._plan(ph)
+                received = plan[7]
+                self.bytes_received[received[0]] += received[1]
+                fl.link_bytes[links] += per_link
+                fl.link_busy[links] += drain
+                if self.record is not None:
+                    self.record(MessageRecord(t, t + drain + lat, name, owner, *plan[8]))
+                t += drain + lat
+
+        ev.callbacks.append(finished)
+        return ev
 
     def _chain(self, phases: list[Phase], i: int, name: str, owner: int,
                done: simpy.Event) -> None:

@@ -117,7 +117,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
-                        streams=streams, comm_energy=_comm_energy(scen))
+                        streams=streams, comm_energy=_comm_energy(scen),
+                        closed_form=uses_chaining(scen))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block

@@ -118,8 +118,11 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "network_model": scen.network.model,
         "symmetry_used": bool(model.symmetric),
         "exact_mode": bool(scen.simulation.exact),
-        "shortcuts_used": [k for k, used in (("symmetry", model.symmetric),
-                                             ("chained_transfers", ex.chained)) if used],
+        "shortcuts_used": [k for k, used in (
+            ("symmetry", model.symmetric), ("chained_transfers", ex.chained),
+            ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0)) if used],
+        # tensor-parallel collectives costed in closed form (workloads.executor)
+        "tp_closed_form_collectives": int(getattr(ex, "closed_form_collectives", 0)),
         "rank_classes": len(sizes),
         **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
         **(mem := _memory_keys(ex)),

@@ -100,6 +100,9 @@ class Executor:
         comm_energy: SMs per stream kind and their activity
             (``devices.interference.SmShares``) when communication kernels draw device
             energy (``power.communication_energy``), else None: see :meth:`_comm_energy`.
+        closed_form: cost tensor-parallel collectives whose links no other traffic can use
+            in closed form (``Fabric.start_closed``) instead of flow transfers; only for
+            runs that nothing can abort or cut off (see :meth:`tp_closed_form_groups`).
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
@@ -107,7 +110,7 @@ class Executor:
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
                  job=None, before_block: Callable[[int], None] | None = None,
                  chained: bool = False, data=None, overlap: OverlapSpec | None = None,
-                 streams: list | None = None, comm_energy=None):
+                 streams: list | None = None, comm_energy=None, closed_form: bool = False):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -130,6 +133,9 @@ class Executor:
         self.overlap = ov = overlap if overlap is not None else OverlapSpec()
         self.streams = streams
         self.comm_energy = comm_energy
+        self.closed_form = closed_form and fabric.model == "flow"
+        self._closed_groups: set[tuple[int, ...]] | None = None  # see tp_closed_form_groups
+        self.closed_form_collectives = 0  # TP collectives costed in closed form
         self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
         self._fifos: dict[tuple[int, int], _Fifo] = {}
@@ -428,7 +434,11 @@ class Executor:
         if len(parts) == 1:
             if self.chained and kind == "tp":  # nothing can abort it: no process needed
                 phases = self._phases(kind, parts, gids, algo, nbytes)
-                ev = self.fabric.start(phases, f"{kind}_{algo}", cls)
+                if self._closed(kind, parts, phases):
+                    self.closed_form_collectives += 1
+                    ev = self.fabric.start_closed(phases, f"{kind}_{algo}", cls)
+                else:
+                    ev = self.fabric.start(phases, f"{kind}_{algo}", cls)
                 if self.comm_energy is not None:
                     t0 = self.env.now
                     ev.callbacks.append(
@@ -476,12 +486,97 @@ class Executor:
         self._in_flight(ends, 1, kind)
         t0 = self.env.now
         try:
-            for phase in phases:
-                yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
+            if self._closed(kind, parts, phases):
+                self.closed_form_collectives += 1
+                yield self.fabric.start_closed(phases, f"{kind}_{algo}", owner)
+            else:
+                for phase in phases:
+                    yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
         finally:
             self._in_flight(ends, -1, kind)
         tp_kind = "tp" if self.overlap.tp_comm else "tp_blocking"
         self._comm_energy(parts, phases, t0, tp_kind if kind == "tp" else kind)
+
+    def _closed(self, kind: str, parts: tuple[int, ...], phases: list) -> bool:
+        """Whether this collective is costed in closed form: a TP collective of a group
+        whose links nothing else uses (:meth:`tp_closed_form_groups`), every phase of which
+        has a closed form (``Fabric.closed_form``)."""
+        if not self.closed_form or kind != "tp" or not phases:
+            return False
+        if self._closed_groups is None:
+            self._closed_groups = self.tp_closed_form_groups()
+        return parts in self._closed_groups and all(
+            self.fabric.closed_form(ph) is not None for ph in phases)
+
+    def _kind_links(self, kind: str, gids, mark: np.ndarray) -> None:
+        """Set ``mark`` on every link a ``kind`` collective over groups ``gids`` may route
+        over, for every operation (all phases of all, with the configured algorithm)."""
+        groups = np.stack([self.layout.group_devices(kind, int(g)) for g in gids])
+        if groups.shape[1] < 2:
+            return
+        algorithm = self.layout.algorithm(kind)
+        route = self.fabric.router.route
+        seen: set[tuple[int, int]] = set()
+        for op in collectives.OPS:
+            for ph in collectives.collective_phases(op, algorithm, groups, 1.0,
+                                                    self.layout.topo):
+                for a, b in zip(ph.src.tolist(), ph.dst.tolist(), strict=True):
+                    if (a, b) not in seen:
+                        seen.add((a, b))
+                        mark[list(route(a, b))] = True
+
+    def tp_closed_form_groups(self) -> set[tuple[int, ...]]:
+        """The TP collectives (by their participating classes) that no other traffic can
+        share a link with, so that the flow engine would give them exactly their
+        uncontended cost: a static check over every route the run can take.
+
+        A TP group qualifies when the topology has nodes (``switched``) and all routes of
+        its collectives stay on NVLink / NVSwitch links (no NIC, leaf or spine link), none
+        of which any other transfer may use: no pipeline send (either direction, every
+        rank), no data-parallel, shard or replica collective (every group, every
+        operation) and no other TP group's collective. Collectives of one group never
+        overlap each other (a class issues its TP collectives one at a time: blocking, or
+        on its FIFO TP stream). Empty when the run can be aborted or have links cut (the
+        executor is not ``chained``), in exact mode (the runner passes
+        ``closed_form=False``) and when the fabric has HBM ports (``memory.transfer_cap``:
+        a port's capacity follows the memory mix, so no cost is fixed in advance)."""
+        lay, fab = self.layout, self.fabric
+        if not self.chained or fab.ports or lay.topo.fat_tree is None or lay.tp < 2:
+            return set()
+        n = lay.topo.n_links
+        other = np.zeros(n, dtype=bool)
+        dev = lay.device
+        if lay.pp > 1:
+            route = fab.router.route
+            for c in range(len(lay.classes)):
+                for direction in (1, -1):
+                    ranks, peers = lay.peer_ranks(c, direction)
+                    for a, b in zip(dev[ranks].tolist(), dev[peers].tolist(), strict=True):
+                        other[list(route(a, b))] = True
+        for kind in ("dp", "shard", "replica"):
+            self._kind_links(kind, range(lay.n_groups(kind)), other)
+        owner = np.full(n, -1, dtype=np.int64)  # the TP collective (index) using each link
+        clash: set[int] = set()
+        units: list[tuple[tuple[int, ...], np.ndarray]] = []
+        done: set[tuple[int, ...]] = set()
+        for c in range(len(lay.classes)):
+            gids, parts = self._groups("tp", c)
+            if parts in done:
+                continue
+            done.add(parts)
+            mark = np.zeros(n, dtype=bool)
+            self._kind_links("tp", gids, mark)
+            links = np.flatnonzero(mark)
+            i = len(units)
+            prev = owner[links]
+            clash.update(int(j) for j in np.unique(prev[prev >= 0]))
+            if (prev >= 0).any():
+                clash.add(i)
+            owner[links] = i
+            units.append((parts, links))
+        return {parts for i, (parts, links) in enumerate(units)
+                if i not in clash and len(links) and not other[links].any()
+                and not fab.network[links].any()}
 
     def _comm_energy(self, classes, phases: list, t0: float, kind: str) -> None:
         """Device energy of a finished collective or send (``power.communication_energy``):
