@@ -194,6 +194,7 @@ class DeviceStats:
     throttle_steps: int = 0
     busy_mhz_s: float = 0.0        # integral of the clock over compute time
     comm_j: float = 0.0            # communication kernels' HBM + SM energy (in memory/compute)
+    h2d_j: float = 0.0             # of it: host-to-device copies' HBM writes (in memory)
     max_temp_c: float = -math.inf
     source: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
@@ -495,13 +496,14 @@ class Accelerator:
 
     # ------------------------------------------------------------------ communication
     def communication(self, t0: float, t1: float, hbm_bytes: float, sms: int,
-                      activity: float) -> None:
+                      activity: float, copy: bool = False) -> None:
         """Energy of a communication kernel on each of the agent's devices from ``t0`` to
         ``t1`` (s): its ``hbm_bytes`` (per device, B) at the HBM access energy (memory) and
         ``sms`` of the device's SMs at ``activity`` of a GEMM's dynamic power at the current
         P-state for its duration (compute). Added on top of whatever the device did meanwhile,
         as a power segment of its own (``comm``) overlapping the others; the regulator loss
-        and the heat of it are not modelled."""
+        and the heat of it are not modelled. ``copy``: a host-to-device copy's HBM writes
+        (``sms`` 0: copy engines), also counted in ``stats.h2d_j``."""
         d = t1 - t0
         if d <= 0:
             return
@@ -516,6 +518,8 @@ class Accelerator:
         st.memory_j += e_mem
         st.compute_j += e_dyn
         st.comm_j += e_mem + e_dyn
+        if copy:
+            st.h2d_j += e_mem
         self.energy_j += e_mem + e_dyn
         code = self._codes.get("comm")
         if code is None:

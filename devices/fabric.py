@@ -104,12 +104,20 @@ class Fabric:
         packet_bytes: packet size of the packet model.
         retransmit_timeout_s: wait before resending bytes cut by a failure.
         record: callback receiving a :class:`MessageRecord` per finished phase.
+        hbm_ports: flow model only: give every device a virtual *HBM port* link that every
+            flow sent or received by the device also crosses (a flow's byte is read from its
+            sender's HBM and written to its receiver's), so the flows of a device share its
+            HBM's DMA bandwidth max-min fairly with the links. Ports start uncapped
+            (``inf``); :meth:`set_port_capacity` caps them (``devices.interference``: what
+            the memory controller gives DMA beside the running compute). Local copies
+            (``src == dst``, empty routes) stay free.
     """
 
     def __init__(self, env: simpy.Environment, topo, router, link_specs: dict[str, LinkSpec],
                  model: str = "flow", packet_bytes: float = 1 << 20,
                  retransmit_timeout_s: float = 1.0,
-                 record: Callable[[MessageRecord], None] | None = None):
+                 record: Callable[[MessageRecord], None] | None = None,
+                 hbm_ports: bool = False):
         self.env = env
         self.topo = topo
         self.router = router
@@ -151,7 +159,13 @@ class Fabric:
         self.on_stall: Callable[[int, int], None] | None = None  # called on every NoRoute
         self._closed: dict[Phase, tuple] = {}  # see closed_form
         self.closed_form_runs = 0  # phase sequences costed in closed form (start_closed)
-        if model == "flow":
+        self.ports = hbm_ports and model == "flow"
+        if self.ports:  # link ids n .. n + devices - 1: the devices' HBM ports
+            cap = np.concatenate([self.capacity, np.full(topo.n_devices, np.inf)])
+            variable = np.zeros(len(cap), dtype=bool)
+            variable[n:] = True
+            self.flows = FlowNetwork(env, cap, variable=variable)
+        elif model == "flow":
             self.flows = FlowNetwork(env, self.capacity)
         else:
             self.links = [Link(env, i, self.capacity[i], self.latency[i]) for i in range(n)]
@@ -162,7 +176,7 @@ class Fabric:
         """Bytes carried by each directed link so far."""
         if self.model == "flow":
             self.flows._advance()
-            return self.flows.link_bytes.copy()
+            return self.flows.link_bytes[:self.topo.n_links].copy()
         return np.array([lk.bytes for lk in self.links])
 
     @property
@@ -170,8 +184,37 @@ class Fabric:
         """Seconds each directed link spent carrying traffic."""
         if self.model == "flow":
             self.flows._advance()
-            return self.flows.link_busy.copy()
+            return self.flows.link_busy[:self.topo.n_links].copy()
         return np.array([lk.busy_s for lk in self.links])
+
+    @property
+    def port_bytes(self) -> np.ndarray:
+        """Bytes each device's HBM port carried so far (sent + received; zeros without
+        ports)."""
+        if not self.ports:
+            return np.zeros(self.topo.n_devices)
+        self.flows._advance()
+        return self.flows.link_bytes[self.topo.n_links:].copy()
+
+    def set_port_capacity(self, devices, capacity: float) -> None:
+        """Cap the HBM ports of ``devices`` at ``capacity`` bytes/s of HBM traffic (``inf``:
+        uncapped) from now on; flows crossing them are re-shared at once."""
+        if not self.ports:
+            return
+        self.flows.set_capacity(np.asarray(devices, dtype=np.int64) + self.topo.n_links,
+                                capacity)
+
+    def _ported(self, routes: list, src, dst) -> list:
+        """``routes`` with their ends' HBM ports appended (flow engine routes)."""
+        if not self.ports:
+            return routes
+        n = self.topo.n_links
+        return [(*tuple(r), n + int(a), n + int(b)) if len(r) else r
+                for r, a, b in zip(routes, src, dst, strict=True)]
+
+    def _real(self, route) -> int:
+        """Links of a flow-engine route without its ports."""
+        return len(route) - 2 if self.ports and len(route) else len(route)
 
     def hop_latency(self, route: tuple[int, ...]) -> float:
         """Sum of the hop latencies along ``route`` (no sender overhead), s."""
@@ -195,7 +238,7 @@ class Fabric:
         src, dst = phase.src, phase.dst
         plan = self._plan(phase)
         if plan is not None:
-            routes, alpha, hops, per_pair, total, key, sent, received, _row = plan
+            routes, alpha, hops, per_pair, total, key, sent, received, _row, flow_routes = plan
         else:  # failures disconnect some pair: wait for repairs, no caching
             routes = []
             for a, b in zip(src, dst, strict=True):
@@ -207,9 +250,10 @@ class Fabric:
             key = None
             sent = _per_device(src, total)
             received = _per_device(dst, total)
+            flow_routes = self._ported(routes, src, dst)
         self.bytes_sent[sent[0]] += sent[1]
         if self.model == "flow":
-            tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name,
+            tr = self.flows.transfer(flow_routes, total, latency=alpha * phase.steps, tag=name,
                                      key=key, steps=phase.steps)
             self._steps[tr.id] = phase.steps
             try:
@@ -220,7 +264,7 @@ class Fabric:
                 raise
             finally:
                 self._steps.pop(tr.id, None)
-            hops = max(hops, max((len(r) for r in tr.routes), default=0))
+            hops = max(hops, max((self._real(r) for r in tr.routes), default=0))
         else:
             box = [hops]
             for _ in range(phase.steps):
@@ -334,7 +378,7 @@ class Fabric:
                done: simpy.Event) -> None:
         phase = phases[i]
         t0 = self.env.now
-        routes, alpha, _hops, _pp, total, key, sent, received, row = self._plan(phase)
+        _r, alpha, _hops, _pp, total, key, sent, received, row, routes = self._plan(phase)
         self.bytes_sent[sent[0]] += sent[1]
         tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key,
                                  steps=phase.steps)
@@ -385,7 +429,8 @@ class Fabric:
             alpha = max((self.step_latency(r) for r in routes), default=0.0)
         plan = (routes, alpha, hops,
                 per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
-                _per_device(phase.dst, total), row)
+                _per_device(phase.dst, total), row,
+                self._ported(routes, phase.src.tolist(), phase.dst.tolist()))
         self._plans[phase] = (failed, plan)
         return plan
 
@@ -500,16 +545,18 @@ class Fabric:
         """Resend cut flows after the timeout on new routes; the transfer's per-step latency
         becomes that of its longest route now (a detour adds hops)."""
         yield self.env.timeout(self.timeout_s)
+        n = self.topo.n_links
         src = self.topo.link_src[[tr.routes[int(i)][0] for i in flows]]
-        dst = self.topo.link_dst[[tr.routes[int(i)][-1] for i in flows]]
+        dst = self.topo.link_dst[[tr.routes[int(i)][self._real(tr.routes[int(i)]) - 1]
+                                  for i in flows]]
         routes = []
         for a, b in zip(src, dst, strict=True):
             routes.append((yield from self._route_wait(int(a), int(b))))
         steps = self._steps.get(tr.id)
         if steps is not None:
             new = [tuple(int(x) for x in r) for r in routes]
-            old = [tuple(int(x) for x in r) for k, r in enumerate(tr.routes)
+            old = [tuple(int(x) for x in r if x < n) for k, r in enumerate(tr.routes)
                    if k not in set(int(i) for i in flows)]
             alpha = max((self.step_latency(r) for r in new + old), default=0.0)
             tr.latency = max(tr.latency, alpha * steps)
-        self.flows.resume(tr, flows, routes)
+        self.flows.resume(tr, flows, self._ported(routes, src, dst))

@@ -161,11 +161,16 @@ class DeviceStreams:
             stands for many (rank symmetry with ``memory.per_device_draws: false``): a block
             draws once per member and takes the slowest, as the group's TP collective waits
             for it (1: one draw).
+        on_ports: ``memory.transfer_cap``: called with the HBM bandwidth (bytes/s, ``inf``:
+            uncapped) the controller gives the network DMA of the class's devices whenever
+            it changes (:meth:`port_capacity`); the fabric caps the devices' HBM ports with
+            it. None: transfers are not capped.
     """
 
     def __init__(self, env, n_devices: int, units: int | None, shares: SmShares | None,
                  memory=None, latency=None, latency_below_bytes: float = 1e6,
-                 rng: np.random.Generator | None = None, on_network=None, group: int = 1):
+                 rng: np.random.Generator | None = None, on_network=None, group: int = 1,
+                 on_ports=None):
         self.env = env
         self.n = n_devices
         self.units = units
@@ -191,6 +196,11 @@ class DeviceStreams:
         self._running: tuple | None = None  # (process, price key) of the block running now
         self.repriced = 0  # pieces after a block's first (streams changed mid-block)
         self._fresh_buf: dict[tuple, list] = {}  # (requests, mix) -> [draws, next index]
+        self.on_ports = on_ports if memory is not None else None
+        self._port_cap = math.inf  # what on_ports was last told, bytes/s
+        self.port_capped_s = 0.0   # seconds the ports were capped (closed intervals)
+        self._capped_since: float | None = None
+        self.port_cap_min = math.inf  # smallest port capacity set, bytes/s
 
     # ------------------------------------------------------------------ streams
     def start(self, kind: str) -> None:
@@ -205,6 +215,7 @@ class DeviceStreams:
         if self.shares is not None:
             self._sm += self.shares.of(kind)
         self._changed()
+        self._ports()
 
     def end(self, kind: str) -> None:
         """A stream of ``kind`` ends."""
@@ -218,11 +229,64 @@ class DeviceStreams:
         if self.shares is not None:
             self._sm -= self.shares.of(kind)
         self._changed()
+        self._ports()
 
     @property
     def mix(self) -> tuple[int, int]:
         """``(network streams, copy streams)`` running now."""
         return self._net, self._h2d
+
+    # ------------------------------------------------------------------ transfers
+    def port_capacity(self) -> float:
+        """HBM bandwidth the controller gives the network DMA of one of the class's devices
+        now, bytes/s: while a compute block runs beside ``net >= 1`` network streams, the
+        model's :meth:`devices.memory.MemoryContention.dma_caps` of the current mix (what all
+        network DMA streams together got while the op ran, in the same runs that price the
+        blocks; ``inf`` where they got what they offer); ``inf`` between blocks (DMA alone
+        stays far below the peak) and without network streams."""
+        mem = self.memory
+        if mem is None or self._running is None or self._net <= 0:
+            return math.inf
+        return mem.dma_caps(self._clip(self.mix))[0]
+
+    def h2d_cap(self) -> float:
+        """HBM bandwidth of one copy stream now (a copy counts itself: call it after its
+        stream started), bytes/s; ``inf`` as in :meth:`port_capacity`. Read by the PCIe copy
+        ports when a copy starts (a copy's rate is fixed at its start)."""
+        mem = self.memory
+        if mem is None or self._running is None or self._h2d <= 0:
+            return math.inf
+        return mem.dma_caps(self._clip(self.mix))[1]
+
+    def capped_s(self) -> float:
+        """Seconds the class's HBM ports have been capped so far (an open interval counted
+        up to now)."""
+        open_s = self.env.now - self._capped_since if self._capped_since is not None else 0.0
+        return self.port_capped_s + open_s
+
+    def _clip(self, mix: tuple[int, int]) -> tuple[int, int]:
+        """``mix`` clipped to the model's ``max_streams`` (without counting it as a block)."""
+        net, h2d = mix
+        top = self.memory.max_streams
+        if net + h2d > top:
+            net = min(net, top)
+            h2d = top - net
+        return net, h2d
+
+    def _ports(self) -> None:
+        """Tell the fabric the ports' capacity if it changed."""
+        if self.on_ports is None:
+            return
+        cap = self.port_capacity()
+        if cap == self._port_cap:
+            return
+        now = self.env.now
+        if self._capped_since is not None:
+            self.port_capped_s += now - self._capped_since
+        self._capped_since = now if math.isfinite(cap) else None
+        self.port_cap_min = min(self.port_cap_min, cap)
+        self._port_cap = cap
+        self.on_ports(cap)
 
     def sm_factor(self) -> float:
         """Factor on math time from the SMs the running collectives take."""
@@ -319,6 +383,7 @@ class DeviceStreams:
         flops = e_dyn = e_mem = 0.0
         t0 = env.now
         self._running = (env.active_process, self._key())
+        self._ports()
         try:
             while True:
                 total = p.duration_s * stretch
@@ -345,6 +410,7 @@ class DeviceStreams:
                 self._running = (self._running[0], self._key())
         finally:
             self._running = None
+            self._ports()
         return env.now - t0, flops, e_dyn, e_mem
 
     def _key(self) -> tuple:
@@ -433,17 +499,26 @@ def streams_report(agents: list[DeviceStreams]) -> dict[str, Any]:
     bandwidth- and latency-bound parts alike; weights: their uncontended durations),
     ``contention_slowdown_mean`` (compute time with contention over compute time without, HBM
     and SMs together) and
-    ``sm_max_used`` (most SMs collectives took at once)."""
+    ``sm_max_used`` (most SMs collectives took at once); with ``memory.transfer_cap``
+    ``hbm_port_capped_s`` (mean over devices of the seconds their HBM ports were capped:
+    network transfers limited by the DMA share a running block left them) and
+    ``hbm_port_cap_min_gbps`` (the smallest port capacity set, GB/s of HBM traffic; None
+    when no port was capped)."""
     w = sum(a.totals()[0] for a in agents)
+    n = sum(a.n for a in agents)
+    capped = sum(a.capped_s() * a.n for a in agents)
+    low = min((a.port_cap_min for a in agents), default=math.inf)
     return {
         "hbm_max_streams": max((a.max_streams for a in agents), default=0),
         "hbm_slowdown_mean": sum(a.totals()[1] for a in agents) / w if w > 0 else 1.0,
         "contention_slowdown_mean": sum(a.totals()[2] for a in agents) / w if w > 0 else 1.0,
         "sm_max_used": max((a.max_sm_used for a in agents), default=0),
+        "hbm_port_capped_s": capped / n if n else 0.0,
+        "hbm_port_cap_min_gbps": low / 1e9 if math.isfinite(low) else None,
     }
 
 
 def no_streams_report() -> dict[str, Any]:
     """:func:`streams_report` of a run without device agents (roofline, nothing shared)."""
     return {"hbm_max_streams": 0, "hbm_slowdown_mean": 1.0, "contention_slowdown_mean": 1.0,
-            "sm_max_used": 0}
+            "sm_max_used": 0, "hbm_port_capped_s": 0.0, "hbm_port_cap_min_gbps": None}

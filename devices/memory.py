@@ -97,6 +97,7 @@ from typing import Any
 
 import numpy as np
 
+from devices.memory_results import LevelReport, SlowdownTable
 from devices.memory_spec import (
     _MIN_REQUESTS,
     SERVICE_SHAPES,
@@ -142,92 +143,6 @@ __all__ = [
 _DIAGNOSTIC_REQUESTS = 1 << 18
 
 
-# ============================================================================ results
-@dataclass(frozen=True, eq=False)
-class SlowdownTable:
-    """Empirical slowdowns of one (op class, contention level): one per simulated batch.
-
-    Attributes:
-        n_requests: op requests per batch.
-        k: concurrent streams beside the op (network DMA and host copies).
-        samples: slowdown of each batch (dimensionless, >= 1 for the queue model).
-        mix: ``(network DMA streams, host-to-device copy streams)``.
-    """
-
-    n_requests: int
-    k: int
-    samples: np.ndarray
-    mix: Mix = (0, 0)
-
-    @property
-    def mean(self) -> float:
-        """Mean slowdown over the batches."""
-        return float(self.samples.mean())
-
-    @property
-    def standard_error(self) -> float:
-        """Standard error of :attr:`mean` (batches are independent)."""
-        n = self.samples.size
-        return float(self.samples.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
-
-    def quantile(self, q: float) -> float:
-        """Empirical ``q``-quantile of the slowdown."""
-        return float(np.quantile(self.samples, q))
-
-
-@dataclass(frozen=True)
-class LevelReport:
-    """Diagnostics of one contention level ``k`` (all times in seconds).
-
-    Attributes:
-        k: concurrent DMA streams.
-        rho: offered load on the peak bandwidth, ``op_load + k dma_load``.
-        status: ``converged``, ``unstable`` (rho >= 1), ``infinite_variance``,
-            ``uncertain_tail``, ``not_settled`` (queue model: from
-            :func:`twin.kernel.queueing.analyze_queue`); FR-FCFS: ``converged``, ``unstable`` or
-            ``not_settled`` (slowdown standard error above 5%).
-        converged: ``status == "converged"``.
-        variance_infinite: the service variance is infinite (queue model).
-        mean_wait_s: queue model: stationary mean wait of a request at this load (sample
-            mean of the diagnostic run; a limit only if converged); FR-FCFS: mean latency of
-            the op's requests.
-        mean_wait_se_s: its standard error (``inf`` when the limit is infinite).
-        op_mean_wait_s: queue model: mean wait of the op's requests in the diagnostic run
-            (after 10% warm-up); FR-FCFS: as ``mean_wait_s``.
-        op_mean_wait_se_s: its batch-means standard error (20 batches); ``inf`` when the
-            limit is infinite (unstable or infinite variance).
-        tail_index: Hill estimate of the service tail index (queue model; None: FR-FCFS).
-        warnings: reasons the level is not converged.
-    """
-
-    k: int
-    rho: float
-    status: str
-    converged: bool
-    variance_infinite: bool
-    mean_wait_s: float
-    mean_wait_se_s: float
-    op_mean_wait_s: float
-    op_mean_wait_se_s: float
-    tail_index: float | None
-    warnings: tuple[str, ...] = ()
-    h2d: int = 0
-
-    @property
-    def unstable(self) -> bool:
-        """The offered load reaches the peak bandwidth (rho >= 1)."""
-        return self.rho >= 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values for the summary (non-finite numbers stay ``inf``/``nan``)."""
-        return {"k": self.k, "h2d": self.h2d, "rho": self.rho, "status": self.status,
-                "converged": self.converged, "variance_infinite": self.variance_infinite,
-                "unstable": self.unstable, "mean_wait_s": self.mean_wait_s,
-                "mean_wait_se_s": self.mean_wait_se_s, "op_mean_wait_s": self.op_mean_wait_s,
-                "op_mean_wait_se_s": self.op_mean_wait_se_s, "tail_index": self.tail_index,
-                "warnings": list(self.warnings)}
-
-
 # ============================================================================ base model
 @dataclass
 class MemoryContention(ABC):
@@ -265,6 +180,11 @@ class MemoryContention(ABC):
                                    repr=False)
     _max: float = field(default=1.0, init=False, repr=False)
     _clipped: float = field(default=0.0, init=False, repr=False)
+    # (n, mix) -> [batch, stream] device bandwidth each stream got while the op ran, B/s
+    _windows: dict[tuple[int, Mix], np.ndarray] = field(default_factory=dict, init=False,
+                                                        repr=False)
+    _caps: dict[Mix, tuple[float, float]] = field(default_factory=dict, init=False,
+                                                  repr=False)
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
@@ -373,6 +293,48 @@ class MemoryContention(ABC):
             return 1.0
         n = self._bucket.get(id(block))
         return self.draw(block.bytes if n is None else 0.0, k, rng, weight, key=id(block))
+
+    # ------------------------------------------------------------------ transfers
+    @abstractmethod
+    def offered_bytes_per_s(self) -> tuple[float, float]:
+        """HBM traffic one network DMA stream and one copy stream offer, bytes/s."""
+
+    def dma_caps(self, k: int | Mix) -> tuple[float, float]:
+        """What the controller gives the transfers beside a running op at mix ``k``:
+        ``(all network DMA streams together, one copy stream)``, bytes/s of HBM traffic, or
+        ``inf`` where it serves what they offer.
+
+        From the op class of ``requests_per_batch`` requests (the longest window, so the
+        most DMA requests counted), over the ``batches`` batches the op's slowdown table is
+        made of (the same runs, common random numbers): a stream's bandwidth is its bytes
+        completed while the op ran over the op's span. A kind is capped only when the mean
+        over batches is below what it offers (:meth:`offered_bytes_per_s`) by more than 3 standard
+        errors: below saturation the counts only fluctuate around the offered rate, and a
+        cap from that noise would slow transfers the controller does not slow. Cached per
+        mix (``memory.max_streams`` clips as for blocks).
+        """
+        mix = as_mix(k)
+        hit = self._caps.get(mix)
+        if hit is not None:
+            return hit
+        net, h2d = mix
+        caps = [math.inf, math.inf]
+        if net + h2d > 0:
+            n = self.requests_per_batch
+            self.table(n, mix)
+            win = self._windows[(n, mix)]
+            offered = self.offered_bytes_per_s()
+            for j, (lo, hi, rate) in enumerate(((0, net, offered[0]),
+                                                (net, net + h2d, offered[1]))):
+                if hi == lo:
+                    continue
+                got = win[:, lo:hi].sum(axis=1) / (hi - lo)  # per stream of the kind
+                mean = float(got.mean())
+                se = float(got.std(ddof=1) / math.sqrt(got.size))
+                if mean + 3.0 * se < rate:
+                    caps[j] = mean * (hi - lo) if j == 0 else mean
+        hit = self._caps[mix] = (caps[0], caps[1])
+        return hit
 
     # ------------------------------------------------------------------ diagnostics
     def level(self, k: int | Mix) -> LevelReport:
@@ -502,10 +464,24 @@ class QueueContention(MemoryContention):
         arr = PoissonArrivals(self.dma_rate if rate is None else rate).sample_until(g, t_end)
         return arr, self.service.sample(g, arr.size)
 
+    def offered_bytes_per_s(self) -> tuple[float, float]:
+        """HBM traffic of one network DMA stream and one copy stream: their loads times the
+        peak (one request's device bytes per mean service time), bytes/s."""
+        peak = self.bytes_per_request / self.service_mean_s
+        return self.dma_load * peak, self.h2d_load * peak
+
     def batch(self, n: int, k: int | Mix, r: int) -> tuple[float, np.ndarray]:
         """Slowdown of batch ``r`` of ``n`` op requests next to ``k`` streams, and the waits
         of the op's requests (s), in arrival order. Network stream ``j`` (1-based) and copy
         stream ``j`` have their own generators, the same at every level that has them."""
+        s, waits, _win = self.batch_windows(n, k, r)
+        return s, waits
+
+    def batch_windows(self, n: int, k: int | Mix,
+                      r: int) -> tuple[float, np.ndarray, np.ndarray]:
+        """:meth:`batch` and the device bandwidth each stream beside the op got while it
+        ran (its requests departing within the op's span, times the request's device bytes,
+        over that span; network streams, then copies), bytes/s."""
         arr, srv, span0, soj0 = self._op_batch(n, r)
         t_end = float(arr[-1])  # later DMA arrivals never overtake an op request (FIFO)
         parts_a, parts_s = [arr], [srv]
@@ -525,10 +501,19 @@ class QueueContention(MemoryContention):
             s = float(dep.max() - arr[0]) / span0
         else:
             s = float(res.sojourns[is_op].mean()) / soj0
-        return s, waits
+        t0, t1 = float(arr[0]), float(dep.max())
+        owner = np.repeat(np.arange(len(parts_a)), [a.size for a in parts_a])[order]
+        all_dep = res.departures
+        inside = (all_dep >= t0) & (all_dep <= t1) & (owner > 0)
+        counts = np.bincount(owner[inside], minlength=len(parts_a))[1:]
+        win = counts * self.bytes_per_request / (t1 - t0) if t1 > t0 else np.zeros(len(counts))
+        return s, waits, win
 
     def _simulate(self, n: int, k: Mix) -> list[float]:
-        return [self.batch(n, k, r)[0] for r in range(self.batches)]
+        out = [self.batch_windows(n, k, r) for r in range(self.batches)]
+        self._windows[(n, k)] = np.array([w for _s, _w, w in out], dtype=float).reshape(
+            self.batches, sum(k))
+        return [s for s, _w, _win in out]
 
     def alone_sojourn(self, n: int) -> float:
         """Mean sojourn (s) of an ``n``-request op alone, over the cached alone batches."""
@@ -713,8 +698,17 @@ class FrfcfsContention(MemoryContention):
             return eb.slowdown, eb
         return eb.op_mean_latency_s / alone.op_mean_latency_s, eb
 
+    def offered_bytes_per_s(self) -> tuple[float, float]:
+        """HBM traffic of one network DMA stream and one copy stream (their stream
+        templates' per-stack rates x stacks), bytes/s."""
+        h2d = self.h2d_stream.rate_bytes_per_s * self.stacks if self.h2d_stream else 0.0
+        return self.dma_stream.rate_bytes_per_s * self.stacks, h2d
+
     def _simulate(self, n: int, k: Mix) -> list[float]:
-        return [self.batch(n, k, r)[0] for r in range(self.batches)]
+        out = [self.batch(n, k, r) for r in range(self.batches)]
+        self._windows[(n, k)] = np.array([eb.dma_window_bytes_per_s for _s, eb in out],
+                                         dtype=float).reshape(self.batches, sum(k))
+        return [s for s, _eb in out]
 
     def _diagnose(self, k: Mix) -> LevelReport:
         tabs = [t for (n, kk), t in self._tables.items() if kk == k]

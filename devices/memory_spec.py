@@ -167,6 +167,12 @@ class MemorySpec(StrictModel):
         default=True, description="every device draws its own slowdowns (rank symmetry off); "
         "false: one agent per class of equal ranks draws for all of them (symmetry kept, "
         "faster): the slowest of one draw per TP-group member, replicas share the draws")
+    transfer_cap: bool = Field(
+        default=True, description="frfcfs / queue: transfers are slowed by HBM contention too: "
+        "while a compute block runs, a device's network flows share the HBM bandwidth the "
+        "controller gives DMA at the current mix (a virtual HBM port per device in the flow "
+        "model) and a host-to-device copy's rate is capped at its copy stream's share; "
+        "false: only compute blocks pay (transfers at the fabric's / PCIe's rates)")
 
     def problems(self, device, prefix: str = "memory") -> list[Problem]:
         """Cross-checks with the device (HBM part in the catalog, service parameters)."""

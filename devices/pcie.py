@@ -98,14 +98,21 @@ class CopyPort(BandwidthServer):
         slot: the GPU's slot on it (``0 .. gpus_per_switch - 1``).
         on_copy: called with +1 when a copy starts and -1 when it ends (the device agent
             counts the copy as a stream at its HBM), or None.
+        hbm_cap: called after ``on_copy(1)``: the HBM write bandwidth the device's memory
+            controller gives this copy now, bytes/s (``memory.transfer_cap``;
+            ``DeviceStreams.h2d_cap``); the copy's rate is the smaller of it and the switch's
+            share, fixed at the copy's start. None: the switch's share only.
     """
 
     def __init__(self, env: simpy.Environment, switch: PcieSwitch, slot: int,
-                 on_copy: Callable[[int], None] | None = None):
+                 on_copy: Callable[[int], None] | None = None,
+                 hbm_cap: Callable[[], float] | None = None):
         super().__init__(env, switch.port_bps)  # nominal (uncontended) rate
         self.switch = switch
         self.slot = slot
         self.on_copy = on_copy
+        self.hbm_cap = hbm_cap
+        self.hbm_capped = 0  # copies whose rate the HBM share set
 
     def transfer(self, nbytes: float):
         """Process body: wait for the port, then move ``nbytes`` (B) at the shared rate."""
@@ -113,10 +120,15 @@ class CopyPort(BandwidthServer):
             yield req
             sw = self.switch
             rate = sw.copy_rate(self.slot)
-            sw.min_rate_bps = min(sw.min_rate_bps, rate)
             sw.copies += 1
             if self.on_copy is not None:
                 self.on_copy(1)
+            if self.hbm_cap is not None:
+                cap = self.hbm_cap()
+                if cap < rate:
+                    rate = cap
+                    self.hbm_capped += 1
+            sw.min_rate_bps = min(sw.min_rate_bps, rate)
             t0 = self.env.now
             try:
                 yield self.env.timeout(nbytes / rate)
@@ -155,10 +167,11 @@ class PcieFabric:
             sw = self._switches[key] = PcieSwitch(self.spec)
         return sw, i % s
 
-    def port(self, device: int, on_copy: Callable[[int], None] | None = None) -> CopyPort:
-        """A copy port for ``device``."""
+    def port(self, device: int, on_copy: Callable[[int], None] | None = None,
+             hbm_cap: Callable[[], float] | None = None) -> CopyPort:
+        """A copy port for ``device`` (``hbm_cap``: see :class:`CopyPort`)."""
         sw, slot = self.place(device)
-        return CopyPort(self.env, sw, slot, on_copy)
+        return CopyPort(self.env, sw, slot, on_copy, hbm_cap)
 
     def nic(self, devices, delta: int) -> None:
         """``delta`` NIC flows start (+) or end (-) on each of ``devices``."""

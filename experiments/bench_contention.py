@@ -4,8 +4,10 @@ The scenario of ``experiments.bench_e2e`` at 64 devices (TP 8 x PP 8, 32 microba
 with ``memory.model: roofline`` and with the contention model of issue 12 (device agents on
 every class: FR-FCFS or queue controller at the running mix, collectives taking SMs), with and
 without chunked TP overlap; each contended variant is compared with the roofline run of the
-same timeline. ``per_device_draws: false`` keeps rank symmetry (one agent per class draws);
-the per-device variant (symmetry off, 64 agents) is shown for what independent draws cost.
+same timeline; ``-no-cap`` variants turn ``memory.transfer_cap`` off (transfers at the
+fabric's rates: what the HBM ports cost and change). ``per_device_draws: false`` keeps rank
+symmetry (one agent per class draws); the per-device variant (symmetry off, 64 agents) is
+shown for what independent draws cost.
 Each variant runs in a fresh subprocess; target: contention wall <= 3x roofline wall.
 ``python -m experiments.bench_contention --variant frfcfs`` prints one JSON line.
 """
@@ -23,10 +25,15 @@ import pandas as pd
 VARIANTS = {
     "roofline": {},
     "frfcfs": {"memory": {"model": "frfcfs", "per_device_draws": False}},
+    "frfcfs-no-cap": {"memory": {"model": "frfcfs", "per_device_draws": False,
+                                 "transfer_cap": False}},
     "frfcfs-per-device": {"memory": {"model": "frfcfs"}},
     "roofline+tp-overlap": {"overlap": {"tp_comm": True}},
     "frfcfs+tp-overlap": {"memory": {"model": "frfcfs", "per_device_draws": False},
                           "overlap": {"tp_comm": True}},
+    "frfcfs+tp-overlap-no-cap": {"memory": {"model": "frfcfs", "per_device_draws": False,
+                                            "transfer_cap": False},
+                                 "overlap": {"tp_comm": True}},
     "queue-auto+tp-overlap": {"memory": {"model": "queue", "bound": "auto",
                                          "per_device_draws": False,
                                          "service": {"dist": "pareto", "alpha": 1.8}},
@@ -34,12 +41,14 @@ VARIANTS = {
 }
 #: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
 #: block, takes minutes; ``--variant queue-auto+tp-overlap`` measures it alone)
-TABLE = ("roofline", "frfcfs", "frfcfs-per-device", "roofline+tp-overlap", "frfcfs+tp-overlap",
-         "queue-auto+tp-overlap")
+TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "roofline+tp-overlap",
+         "frfcfs+tp-overlap", "frfcfs+tp-overlap-no-cap", "queue-auto+tp-overlap")
 #: the roofline run each variant is compared with (same timeline, no contention model)
-BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-per-device": "roofline",
+BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-no-cap": "roofline",
+            "frfcfs-per-device": "roofline",
             "roofline+tp-overlap": "roofline+tp-overlap",
             "frfcfs+tp-overlap": "roofline+tp-overlap",
+            "frfcfs+tp-overlap-no-cap": "roofline+tp-overlap",
             "queue-auto+tp-overlap": "roofline+tp-overlap"}
 
 
@@ -56,7 +65,8 @@ def measure(variant: str) -> dict:
     return {"variant": variant, "wall_s": time.perf_counter() - w0,
             "cpu_s": time.process_time() - c0, "events": s["events"],
             "iteration_time_s": s["iteration_time_s"], "hbm_max_streams": s["hbm_max_streams"],
-            "hbm_slowdown_mean": s["hbm_slowdown_mean"], "symmetry_used": s["symmetry_used"]}
+            "hbm_slowdown_mean": s["hbm_slowdown_mean"],
+            "hbm_port_capped_s": s["hbm_port_capped_s"], "symmetry_used": s["symmetry_used"]}
 
 
 def run() -> pd.DataFrame:

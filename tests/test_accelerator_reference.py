@@ -413,3 +413,11 @@ def test_the_throttle_releases_only_below_limit_minus_hysteresis():
     assert (th0, ps0) == (1, 1)
     assert (th1, ps1) == (1, 1)
     assert (th2, ps2) == (0, 0)
+
+
+@pytest.mark.parametrize("cov", [0.0, 0.05, 0.3, 1.0])
+def test_jitter_sigma_gives_the_lognormal_coefficient_of_variation(cov):
+    """A lognormal of sigma ``s`` has ``CoV^2 = exp(s^2) - 1``: the sigma for a requested CoV
+    inverts that (0 for no jitter)."""
+    s = Accelerator.sigma_for_cov(cov)
+    assert math.sqrt(math.expm1(s * s)) == pytest.approx(cov, rel=1e-12, abs=1e-15)

@@ -540,3 +540,57 @@ def test_flows_all_within_the_step_tolerance_of_the_end_at_a_reallocation_finish
                  dict(start=100.0 - 5e-6, routes=[[0]], sizes=[1.0])]
     ends, _net = _check(transfers)
     assert ends == pytest.approx([100.0 + 5e-6, 100.1], rel=1e-9)
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_a_flow_resumed_on_an_empty_route_is_delivered_at_the_resume(steps):
+    """A flow cut at t = 1.5 and resumed on an empty route (source and destination now the
+    same device) has nothing left to cross: it is delivered at the resume. Closed forms (the
+    ``fluid`` reference does not model empty routes): alone (20 B at 10 B/s, latency 0.25 s,
+    resumed at 2) the transfer completes at 2.25. Beside a 12 B flow at 4 B/s, resumed at 2.2:
+    in one step the transfer ends with that flow at 3; in 3 steps that flow ends step 2 at
+    2.0, waits at the barrier for the cut flow's step until the resume at 2.2, and ends its
+    last 4 B step at 3.2. Link 0 carried what the cut flow sent before 1.5 s: 15 B in one
+    step; 20/3 B (step 1, done at 2/3 s) + 5 B (step 2, from 1 s) in three."""
+    one = [dict(start=0.0, routes=[[0]], sizes=[20.0], latency=0.25, steps=steps)]
+    ends, _ = engine_run(CAP, one, cuts=[(1.5, 0, 0, 2.0, [])])
+    assert ends[0] == pytest.approx(2.25, rel=1e-12)
+    two = [dict(start=0.0, routes=[[0], [2]], sizes=[20.0, 12.0], steps=steps)]
+    ends, net = engine_run(CAP, two, cuts=[(1.5, 0, 0, 2.2, [])])
+    assert ends[0] == pytest.approx(3.0 if steps == 1 else 3.2, rel=1e-9)
+    sent = 15.0 if steps == 1 else 20.0 / 3.0 + 5.0
+    assert net.link_bytes[[0, 2]] == pytest.approx([sent, 12.0], rel=1e-9)
+
+
+def test_a_transfer_whose_last_flow_resumes_on_an_empty_route_is_done_at_once():
+    """Resuming the only unfinished flow on an empty route delivers it in the same instant:
+    ``done`` has fired and a cancel right after returns no undelivered bytes (the transfer
+    finished), while the bytes it sent before the cut (10 B at 10 B/s for 1 s) stay counted."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.asarray(CAP, dtype=float))
+    seen = {}
+
+    def body():
+        tr = net.transfer([[0]], [20.0])
+        yield env.timeout(1.0)
+        net.fail_links([0])
+        yield env.timeout(1.0)
+        net.resume(tr, np.array([0]), [[]])
+        seen["done"] = tr.done.triggered
+        seen["left"] = net.cancel(tr)
+
+    env.process(body())
+    env.run()
+    assert seen == {"done": True, "left": 0.0}
+    assert net.link_bytes[0] == pytest.approx(10.0, rel=1e-12)
+
+
+def test_sub_byte_steps_that_drift_apart_keep_the_barrier():
+    """Two flows of 0.002 B in 2 steps (steps of 1 mB) on links 0 and 1 (10 B/s each); a
+    5e-7 B transfer on link 1 halves flow 1's rate until it ends at 1e-7 s, leaving flow 1
+    5e-7 B (half a thousandth of a step) behind flow 0. The in-step shortcut must not take
+    them as in step: flow 0 waits at the step end for flow 1, and a probe on link 0 from
+    1.9e-4 s shares the link with flow 0 for as long as the ``fluid`` reference says."""
+    _check([dict(start=0.0, routes=[[0], [1]], sizes=[0.002, 0.002], steps=2),
+            dict(start=0.0, routes=[[1]], sizes=[5e-7]),
+            dict(start=1.9e-4, routes=[[0]], sizes=[0.001])])

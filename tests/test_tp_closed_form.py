@@ -183,6 +183,12 @@ def test_falls_back_where_tp_links_are_shared_or_can_fail():
                                   "duration_s": 0.002}])
     assert "tp_closed_form" not in faulty["shortcuts_used"]
     assert faulty["tp_closed_form_collectives"] == 0
+    # HBM ports (memory.transfer_cap under FR-FCFS): a port's capacity follows the memory
+    # mix during the run, so no TP cost is fixed in advance; without the cap it is
+    capped = _run(False, memory={"model": "frfcfs"})
+    assert capped["tp_closed_form_collectives"] == 0
+    uncapped = _run(False, memory={"model": "frfcfs", "transfer_cap": False})
+    assert uncapped["tp_closed_form_collectives"] > 0
     # the healthy layout does take it
     assert _run(False)["tp_closed_form_collectives"] > 0
 

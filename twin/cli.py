@@ -49,7 +49,7 @@ HEADLINE_KEYS = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
 DATA_KEYS = ("data_wait_fraction", "data_wait_per_device_s")
 #: Printed by default when streams shared a device's HBM or SMs (devices.interference).
 CONTENTION_KEYS = ("hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_mean",
-                   "iteration_time_p99_s", "iteration_time_cov")
+                   "hbm_port_capped_s", "iteration_time_p99_s", "iteration_time_cov")
 
 
 def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:

@@ -10,6 +10,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     net = scen.network
     fabric = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
                     model=net.model, packet_bytes=net.packet_kib * 1024,
-                    retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink)
+                    retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink,
+                    hbm_ports=transfers_capped(scen))
     rngs = RngStreams(scen.seed)
     sigma = Accelerator.sigma_for_cov(scen.simulation.compute_jitter_cov)
     power = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
@@ -98,7 +100,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                                 rngs.get(f"class/{c}"), power,
                                 int(model.layout.class_stage[c]))
                     for c, ranks in enumerate(model.layout.classes)]
-    streams, pcie = device_streams(scen, model, env, accelerators, rngs)
+    streams, pcie = device_streams(scen, model, env, accelerators, rngs, fabric)
     if scen.power.manager.budget_w is not None:
         power.manager = ClusterPowerManager(env, power, accelerators, float(fabric.idle_w.sum()))
     job = JobController(env, scen.job.policy(), scen.workload.iterations,
@@ -110,7 +112,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
         data = build_data_path(env, scen.data, model.layout, topo.kind, topo.shape,
                                w.micro_batch, w.seq, w.model.vocab, model.microbatches,
                                w.iterations, record=record_data,
-                               pcie_port=copy_ports(model, pcie, streams))
+                               pcie_port=copy_ports(model, pcie, streams),
+                               on_copied=_copy_energy(scen, accelerators))
     executor = Executor(env, model.layout, fabric, model.programs, model.blocks, accelerators,
                         scen.workload.iterations, recorder, job=job,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
@@ -148,6 +151,19 @@ def _comm_energy(scen: Scenario):
     return sm_shares()
 
 
+def _copy_energy(scen: Scenario, accelerators: list[Accelerator]):
+    """``on_copied`` of the data path when communication draws device energy
+    (``power.communication_energy``): a host-to-device copy writes its bytes to the
+    device's HBM at the catalog's ``hbm_pj_per_bit`` (copy engines: no SMs); else None."""
+    if not scen.power.communication_energy:
+        return None
+
+    def on_copied(cls: int, t0: float, t1: float, nbytes: float) -> None:
+        accelerators[cls].communication(t0, t1, nbytes, 0, 0.0, copy=True)
+
+    return on_copied
+
+
 def _h2d_bytes_per_s(scen: Scenario) -> float:
     """Rate of one host-to-device copy stream (0 without a data path), B/s."""
     d = scen.data
@@ -160,11 +176,19 @@ def _h2d_bytes_per_s(scen: Scenario) -> float:
     return (d.pcie_gbps or d.host.pcie_h2d_gbps) * 1e9
 
 
+def transfers_capped(scen: Scenario) -> bool:
+    """Whether transfers pay for HBM contention (``memory.transfer_cap`` with a controller
+    model; the fabric's HBM ports exist in the flow model only)."""
+    return (scen.memory.model != "roofline" and scen.memory.transfer_cap
+            and scen.network.model == "flow")
+
+
 def device_streams(scen: Scenario, model: Model, env, accelerators: list[Accelerator],
-                   rngs: RngStreams) -> tuple[list | None, object]:
+                   rngs: RngStreams, fabric=None) -> tuple[list | None, object]:
     """The device agents of every class (``devices.interference``) and the PCIe fabric of the
     data path (``devices.pcie``), or ``(None, None)`` when nothing is shared (roofline memory,
-    no SM contention): then nothing changes from the plain roofline."""
+    no SM contention): then nothing changes from the plain roofline. With
+    ``memory.transfer_cap`` each agent caps its devices' HBM ports on ``fabric``."""
     cl, mem = scen.cluster, scen.memory
     h2d = _h2d_bytes_per_s(scen)
     bound = "bandwidth" if mem.bound == "auto" else None
@@ -196,9 +220,11 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
         on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
         # one agent for many ranks: its TP group meets after every block (slowest draw)
         group = scen.workload.parallelism.tp if model.symmetric and acc.n > 1 else 1
+        on_ports = (partial(fabric.set_port_capacity, devs)
+                    if fabric is not None and getattr(fabric, "ports", False) else None)
         agent = DeviceStreams(env, acc.n, cl.device.compute_units, shares, memory, latency,
                               mem.latency_below_mb * 1e6, rngs.get(f"memory/class/{c}"),
-                              on_net, group=min(group, acc.n))
+                              on_net, group=min(group, acc.n), on_ports=on_ports)
         acc.streams = agent
         acc.memory = memory  # its memory_* report (the agent draws)
         out.append(agent)
@@ -222,7 +248,8 @@ def copy_ports(model: Model, pcie, streams: list | None):
             else:
                 agent.end("h2d")
 
-        return pcie.port(int(lay.device[rank]), on_copy)
+        cap = agent.h2d_cap if model.scenario.memory.transfer_cap else None
+        return pcie.port(int(lay.device[rank]), on_copy, cap)
 
     return port
 

@@ -237,12 +237,18 @@ class DataPath:
             ``transfer(nbytes)`` process body (e.g. a PCIe-switch agent shared with NICs; its
             ``bytes_per_s`` and ``busy_s``, if it has them, go into the report);
             default: a ``devices.host.BandwidthServer`` of its own at ``pcie_bps``.
+        on_copied: ``on_copied(cls, t0, t1, nbytes)`` after every host-to-device copy from
+            ``t0`` to ``t1`` (s) of a simulated rank of class ``cls``; ``nbytes`` is the HBM
+            bytes it stands for per device of the class (the rank stands for one rank on
+            each of its plan's nodes: the copy's bytes x those nodes / the class's loading
+            devices), or None.
     """
 
     def __init__(self, env: simpy.Environment, plans: list[NodePlan], cost: LoadCost, *,
                  storage_bps: float, pcie_bps: float, workers: int, cpu_cores: int, depth: int,
                  microbatches: int, iterations: int, record: bool = False,
-                 gpus_per_node: int = 0, pcie_port: Callable[[int], Any] | None = None):
+                 gpus_per_node: int = 0, pcie_port: Callable[[int], Any] | None = None,
+                 on_copied: Callable[[int, float, float, float], None] | None = None):
         self.env = env
         self.gpus_per_node = gpus_per_node
         self.plans = plans
@@ -264,6 +270,12 @@ class DataPath:
         self._of_class: dict[int, list[_Entry]] = defaultdict(list)
         for e in self.entries:
             self._of_class[e.cls].append(e)
+        self.on_copied = on_copied
+        # devices of each class that load (a simulated rank of a plan stands for its nodes)
+        loading: dict[int, int] = defaultdict(int)
+        for e in self.entries:
+            loading[e.cls] += plans[e.node].nodes
+        self._loading = dict(loading)
         self.rows: list[list] | None = [] if record else None
         self._row_of: dict[tuple[int, int], int] = {}
         self._live: set[simpy.Process] = set()
@@ -339,6 +351,9 @@ class DataPath:
         t2 = env.now
         yield from e.pcie.transfer(cost.h2d_bytes)
         t3 = env.now
+        if self.on_copied is not None:
+            share = self.plans[e.node].nodes / self._loading[e.cls]  # its copies per device
+            self.on_copied(e.cls, t2, t3, cost.h2d_bytes * share)
         if self.rows is not None:
             p = self.plans[e.node]
             self._row_of[(id(e), k)] = len(self.rows)
@@ -400,7 +415,9 @@ class DataPath:
 def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kind: str,
                     shape, micro_batch: int, seq: int, vocab: int, microbatches: int,
                     iterations: int, record: bool = False,
-                    pcie_port: Callable[[int], Any] | None = None) -> DataPath:
+                    pcie_port: Callable[[int], Any] | None = None,
+                    on_copied: Callable[[int, float, float, float], None] | None = None
+                    ) -> DataPath:
     """The run's data path (``spec.enabled`` must be true).
 
     Args:
@@ -411,6 +428,7 @@ def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kin
         record: keep the rows of the trace table ``data``.
         pcie_port: ``pcie_port(rank)`` -> the rank's host-to-device port (see
             :class:`DataPath`), e.g. a ``devices.pcie.CopyPort``.
+        on_copied: called after every copy (see :class:`DataPath`), or None.
     """
     host = spec.host
     assert host is not None, "validated: the host is given when enabled"
@@ -424,5 +442,5 @@ def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kin
                     storage_bps=storage, pcie_bps=pcie, workers=spec.workers,
                     cpu_cores=host.cpu_cores, depth=spec.depth, microbatches=microbatches,
                     iterations=iterations, record=record, gpus_per_node=g,
-                    pcie_port=pcie_port)
+                    pcie_port=pcie_port, on_copied=on_copied)
     return path

@@ -537,10 +537,11 @@ class Executor:
         operation) and no other TP group's collective. Collectives of one group never
         overlap each other (a class issues its TP collectives one at a time: blocking, or
         on its FIFO TP stream). Empty when the run can be aborted or have links cut (the
-        executor is not ``chained``) or in exact mode (the runner passes
-        ``closed_form=False``)."""
+        executor is not ``chained``), in exact mode (the runner passes
+        ``closed_form=False``) and when the fabric has HBM ports (``memory.transfer_cap``:
+        a port's capacity follows the memory mix, so no cost is fixed in advance)."""
         lay, fab = self.layout, self.fabric
-        if not self.chained or lay.topo.fat_tree is None or lay.tp < 2:
+        if not self.chained or fab.ports or lay.topo.fat_tree is None or lay.tp < 2:
             return set()
         n = lay.topo.n_links
         other = np.zeros(n, dtype=bool)

@@ -33,6 +33,10 @@ class EffectiveBandwidth:
         op_p99_latency_s: 99th-percentile latency of the op's requests, s.
         op_row_hit_rate: the op's row-hit rate with k DMA streams.
         dma_bandwidth_bytes_per_s: bandwidth achieved by all DMA streams together, bytes/s.
+        dma_window_bytes_per_s: per DMA stream (in order), the device bandwidth the controller
+            gave it *while the op ran*: its bytes completed within the op's span (first
+            arrival to last completion) over that span, bytes/s (the DMA share at this mix;
+            the streams outlast the op, so their own span mixes in uncontended time).
     """
 
     contention: int
@@ -43,6 +47,7 @@ class EffectiveBandwidth:
     op_p99_latency_s: float
     op_row_hit_rate: float
     dma_bandwidth_bytes_per_s: float
+    dma_window_bytes_per_s: tuple[float, ...] = ()
 
 
 def effective_bandwidth(
@@ -81,6 +86,16 @@ def effective_bandwidth(
     lat = res.latency_s[m]
     op_bw = stacks * _stream_bandwidth(res, 0)
     dma_bw = 0.0
+    window: tuple[float, ...] = ()
+    if dmas and lat.size:
+        t0 = float(res.requests.arrival_s[m].min())
+        t1 = float(res.completion_s[m].max())
+        done = res.completion_s
+        inside = (done >= t0) & (done <= t1) & ~m
+        counts = np.bincount(res.requests.stream[inside].astype(np.intp),
+                             minlength=len(dmas) + 1)[1:len(dmas) + 1]
+        if t1 > t0:
+            window = tuple(float(stacks * c * spec.burst_bytes / (t1 - t0)) for c in counts)
     if dmas:
         md = ~m
         span = float(res.completion_s[md].max() - res.requests.arrival_s[md].min())
@@ -94,6 +109,7 @@ def effective_bandwidth(
         op_p99_latency_s=float(np.quantile(lat, 0.99)) if lat.size else float("nan"),
         op_row_hit_rate=float(np.mean(res.kind[m] == HIT)) if lat.size else float("nan"),
         dma_bandwidth_bytes_per_s=dma_bw,
+        dma_window_bytes_per_s=window,
     )
 
 

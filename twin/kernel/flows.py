@@ -32,62 +32,21 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 import simpy
 
+from twin.kernel.maxmin import _max_min_local, max_min_rates
+
 _REL_EPS = 1e-9
 
-
-def max_min_rates(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int,
-                  capacity: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling.
-
-    Args:
-        entry_flow: flow index of each (flow, link) incidence entry.
-        entry_link: link index of each entry (into ``capacity``).
-        n_flows: number of flows; flows without entries get ``inf``.
-        capacity: capacity of every link, bytes/s.
-
-    Returns:
-        rate of every flow, bytes/s.
-    """
-    if len(entry_flow) == 0:
-        return np.full(n_flows, np.inf)
-    links, local = np.unique(entry_link, return_inverse=True)
-    return _max_min_local(entry_flow, local, n_flows, capacity[links])
-
-
-def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
-                   cap: np.ndarray) -> np.ndarray:
-    """Progressive filling with link indices already compacted to ``0..len(cap)-1``."""
-    rate = np.full(n_flows, np.inf)
-    rem = cap.astype(float)
-    n_links = len(cap)
-    # the entries of flows not yet frozen, compacted after every level (a frozen flow's
-    # entries all leave at once), so that a level costs what is still live, not every entry
-    ef, lk = entry_flow, local
-    while len(lk):
-        cnt = np.bincount(lk, minlength=n_links)
-        used = cnt > 0
-        share = np.full(n_links, np.inf)
-        share[used] = rem[used] / cnt[used]
-        level = share.min()
-        bottleneck = used & (share <= level * (1 + 1e-12))
-        newly = np.zeros(n_flows, dtype=bool)  # a mask, not np.unique: no sort per level
-        newly[ef[bottleneck[lk]]] = True
-        rate[newly] = level
-        leaving = newly[ef]
-        rem -= level * np.bincount(lk[leaving], minlength=n_links)
-        np.maximum(rem, 0.0, out=rem)
-        stay = ~leaving
-        ef, lk = ef[stay], lk[stay]
-    return rate
+__all__ = ["FlowNetwork", "Transfer", "max_min_rates"]
 
 
 class _Template:
     """What transfers with the same route-pattern key share: incidence and link totals."""
 
     __slots__ = ("all_flows", "entry_link", "entry_owner", "link_bytes", "links", "routed",
-                 "routes", "serial", "ulinks")
+                 "routes", "serial", "ulinks", "vlinks")
 
-    def __init__(self, serial: int, routes: list[np.ndarray], size: np.ndarray):
+    def __init__(self, serial: int, routes: list[np.ndarray], size: np.ndarray,
+                 variable: np.ndarray | None = None):
         self.serial = serial
         self.routes = routes
         self.all_flows = np.arange(len(routes))
@@ -99,6 +58,10 @@ class _Template:
         self.link_bytes = np.bincount(inv, weights=size[self.entry_owner],
                                       minlength=len(self.ulinks))
         self.links = frozenset(self.ulinks.tolist())
+        # its links whose capacity may change (FlowNetwork.set_capacity): part of the key of
+        # a cached allocation
+        self.vlinks = (self.ulinks[variable[self.ulinks]] if variable is not None
+                       else np.empty(0, dtype=np.int64))
 
 
 class Transfer:
@@ -245,14 +208,19 @@ class FlowNetwork:
 
     Args:
         env: the SimPy environment (the clock).
-        capacity: bytes/s of each directed link.
+        capacity: bytes/s of each directed link (``inf``: never a bottleneck).
         on_finish: optional callback ``f(transfer)`` when a transfer completes.
+        variable: mask of the links whose capacity :meth:`set_capacity` may change while
+            flows cross them (None: none may; capacities are then fixed).
     """
 
     def __init__(self, env: simpy.Environment, capacity: np.ndarray,
-                 on_finish: Callable[[Transfer], None] | None = None):
+                 on_finish: Callable[[Transfer], None] | None = None,
+                 variable: np.ndarray | None = None):
         self.env = env
-        self.capacity = np.asarray(capacity, dtype=float)
+        self.capacity = np.asarray(capacity, dtype=float).copy()
+        self.variable = (None if variable is None or not np.any(variable)
+                         else np.asarray(variable, dtype=bool).copy())
         self.on_finish = on_finish
         self.transfers: dict[int, Transfer] = {}
         self._next_id = 0
@@ -290,7 +258,8 @@ class FlowNetwork:
         if template is None:
             rts = [np.asarray(r, dtype=np.int64) for r in routes]
             if key is not None:
-                template = self._templates[key] = _Template(len(self._templates), rts, size)
+                template = self._templates[key] = _Template(len(self._templates), rts, size,
+                                                            self.variable)
         else:
             rts = template.routes
         tr = Transfer(self._next_id, rts, size, float(latency), self.env, self.env.now, tag,
@@ -302,6 +271,28 @@ class FlowNetwork:
         else:
             self._join(tr)
         return tr
+
+    def set_capacity(self, links: Sequence[int] | np.ndarray, capacity: float) -> None:
+        """Give ``links`` (all marked ``variable``) the capacity ``capacity`` bytes/s from now
+        on: the bytes of the components crossing them drain at the old rates up to now and
+        their max-min rates are recomputed at the new capacities (no change: nothing done).
+        """
+        idx = np.asarray(links, dtype=np.int64)
+        if self.variable is None or not self.variable[idx].all():
+            raise ValueError("set_capacity: only links marked variable can change capacity")
+        cap = float(capacity)
+        if not cap > 0.0:
+            raise ValueError(f"set_capacity: capacity must be > 0 bytes/s (given {cap!r})")
+        if bool(np.all(self.capacity[idx] == cap)):
+            return
+        comps = {t.comp for lk in idx.tolist() for t in self._on_link.get(lk, ())
+                 if t.comp is not None}
+        for c in comps:
+            self._advance_comp(c)
+        self.capacity[idx] = cap
+        for c in sorted(comps, key=lambda c: min(c.transfers)):
+            if c in self._comps:
+                self._allocate(c)
 
     def fail_links(self, links: Sequence[int]) -> list[tuple[Transfer, np.ndarray]]:
         """Cut every active flow crossing ``links``; returns ``(transfer, flow indices)``.
@@ -545,6 +536,8 @@ class FlowNetwork:
             trs.sort(key=lambda t: (t.template.serial, t.id))
             key = tuple((t.template.serial, None if t.whole else t.active.tobytes())
                         for t in trs)
+            if self.variable is not None:  # the capacities that may change are part of it
+                key += tuple(self.capacity[t.template.vlinks].tobytes() for t in trs)
         cached = self._allocs.get(key) if key is not None else None
         if cached is not None:
             self.cache_hits += 1
