@@ -38,6 +38,7 @@ def test_breakdown_adds_up_to_the_iteration_time():
                                          d["vocab"]))
     assert sum(b.values()) == pytest.approx(s["iteration_time_s"], rel=1e-6)
     assert b["compute"] > 0 and b["other_kernels"] > 0 and b["optimizer"] > 0
+    assert b["attention"] > 0  # the MPT rows run a fused (Triton FlashAttention) kernel
 
 
 def test_elementwise_kernels_run_on_the_vector_units():
