@@ -51,7 +51,7 @@ class BlockCost:
     compute_j: float         # dynamic energy of the math units at the top P-state's voltage
     memory_j: float          # HBM access energy
     static_j: float          # basic-model baseline (idle_w x duration), for reference
-    math_s: float = 0.0      # math time at the top clock
+    math_s: float            # math time at the top clock, s
 
 
 def best_wave_efficiency(shape: tuple[float, float, float] | None, units: int | None,
@@ -252,8 +252,9 @@ class Accelerator:
         self.stage = stage
         spec = setup.spec
         # clock: policy, cap, thermal and manager ceilings (P-state indices, 0 = fastest)
-        self.work_ps = setup.stage_ps.get(stage, 0)
-        self.cap_ps = setup.cap_ps.get(stage, 0)
+        # PowerSetup holds both for every stage 0..pp-1; a missing stage is a builder bug
+        self.work_ps = setup.stage_ps[stage]
+        self.cap_ps = setup.cap_ps[stage]
         self.cap_w = setup.cap_w
         self._chip_cap = (self.reg.output_for_input(self.cap_w) if math.isfinite(self.cap_w)
                           else math.inf)

@@ -247,3 +247,33 @@ def test_fresh_latency_draws_in_blocks_have_the_single_draw_distribution(n):
     assert stats.ks_2samp(one, many).pvalue > 1e-3
     se = math.hypot(one.std(ddof=1), many.std(ddof=1)) / math.sqrt(300)
     assert abs(one.mean() - many.mean()) < 4 * se
+
+
+def test_a_repriced_block_draws_its_energy_over_its_stretched_duration():
+    """Board power of a fluid block whose SM share changes part way (the all-gather beside it
+    ends): its dynamic and HBM energy are the block's (math time at the top clock x P_dyn, and
+    bytes x pJ/bit: neither depends on how long the SMs were shared), drawn over the block's
+    actual duration ``d`` on top of the static power, so the segment's board power is
+    ``eta^-1(E / d + P_base + P_leak)`` (thermal model off: leakage at its reference
+    temperature; ``P_base`` and ``P_dyn`` solved from the catalog's idle and TDP figures)."""
+    from tests.test_power_reference import ref_block_energy, ref_leak, ref_unknowns
+
+    scen, model, ex, ops = _fsdp(["overlap.sm_contention=true", "power.thermal.enabled=false"])
+    s = scen.cluster.device
+    acc = ex.accelerators[0]
+    base, dyn = ref_unknowns(s, acc.reg)
+    v_top = max(s.p_states, key=lambda p: p[0])[1]
+    p_static = base + ref_leak(s, v_top, s.leakage_ref_c)
+    seg = acc.power_segments()
+    names = acc.state_names()
+    checked = 0
+    for name, t0, t1, _g0, g1 in _beside_gather(ops):
+        if not t0 < g1 < t1:
+            continue                     # only blocks re-priced part way
+        (row,) = [r for r in seg if r[0] == t0 and r[1] == t1 and names[int(r[3])] == name]
+        _, e_dyn, e_hbm = ref_block_energy(s, model.blocks[0][name], dyn)
+        d = t1 - t0
+        want = acc.reg.input_power((e_dyn + e_hbm) / d + p_static)
+        assert row[2] == pytest.approx(want, rel=1e-9)  # fractions of work sum to 1 - 1e-12
+        checked += 1
+    assert checked >= 4
