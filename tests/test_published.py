@@ -38,6 +38,7 @@ def test_breakdown_adds_up_to_the_iteration_time():
                                          d["vocab"]))
     assert sum(b.values()) == pytest.approx(s["iteration_time_s"], rel=1e-6)
     assert b["compute"] > 0 and b["other_kernels"] > 0 and b["optimizer"] > 0
+    assert b["attention"] > 0  # the MPT rows run a fused (Triton FlashAttention) kernel
 
 
 def test_elementwise_kernels_run_on_the_vector_units():
@@ -52,3 +53,23 @@ def test_elementwise_kernels_run_on_the_vector_units():
     assert t == pytest.approx(flops / 75e12, rel=1e-9)
     c = cm.block_cost(Block("v", (k,)))
     assert c.compute_j == pytest.approx(t * s.vector_power_fraction * cm.dynamic_max_w, rel=1e-9)
+
+
+def test_mpt_runs_fsdp_collectives_beside_compute_on_sms():
+    """PyTorch FSDP runs its all-gathers / reduce-scatters on a separate stream beside the
+    GEMMs, so the MPT rows take the NCCL CTAs from compute (overlap.sm_contention). Bounds from
+    the closed form of devices.interference: compute beside a collective runs at ``(U - u) / U``
+    of its rate, so the iteration grows, by at most the factor ``U / (U - u)``."""
+    from devices.interference import sm_shares
+    from twin.scenario import load_scenario
+
+    d = published_data()["mpt"]
+    scen = mpt_scenario("125m", 2048, 8, 40, 640, False, d["models"]["125m"], d["vocab"])
+    assert scen.overlap.sm_contention
+    off = load_scenario({**scen.model_dump(mode="json", exclude_none=True),
+                         "overlap": {"sm_contention": False}})
+    t_on = simulate_summary(scen)[0]["iteration_time_s"]
+    t_off = simulate_summary(off)[0]["iteration_time_s"]
+    units = catalog("devices").get("a100-sxm-80gb").values["compute_units"]
+    ctas = sm_shares().collective_ctas
+    assert t_off < t_on <= t_off * units / (units - ctas)

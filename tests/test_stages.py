@@ -241,3 +241,27 @@ def test_schedule_walk_equals_the_closed_forms_on_an_even_split(schedule, pp, v,
     for s in range(pp):
         walk = peak_layer_activations(schedule, s, pp, m, [per] * v)
         assert walk == in_flight_microbatches(schedule, pp, s, m, v) * per * v
+
+
+def test_llama3_405b_activations_match_the_interleaved_closed_form():
+    """Llama 3 405B layout (scenarios/llama3_405b.yaml): per layer and microbatch a rank keeps
+    ``sbh (8 + 2 + 4 k/a + 2 + 6 f/h) / t`` bytes with sequence parallelism (hand count:
+    31.75 sbh/t for h 16384, f 53248, 128 heads, 8 KV heads; below Korthikanti's GPT form
+    34 sbh/t, which has GELU's 4h MLP and dropout masks); stage ``s`` of the interleaved
+    schedule holds ``2 (p - s - 1) + (v - 1) p + 1`` one-layer chunks at its peak
+    (Megatron-LM's warm-up + 1; on stage 0 this is Korthikanti's ``L (1 + (p - 1)/(p v))``
+    layers for an even split)."""
+    from devices.spec import DeviceSpec
+    from twin.catalogs import catalog
+
+    scen = load_scenario(ROOT / "scenarios" / "llama3_405b.yaml")
+    w = scen.workload
+    dev = DeviceSpec.model_validate(catalog("devices").get("h100-sxm").values)
+    stages = stage_memory(w, dev)
+    s, b, h, t, p, v = 8192, 1, 16384, 8, 16, 8
+    per_layer = (8 + 2 + 4 * 8 / 128 + 2 + 6 * 53248 / 16384) * s * b * h / t
+    assert per_layer < 34 * s * b * h / t
+    for st in stages[1:-1]:  # middle stages: 8 layers, one per chunk
+        chunks = 2 * (p - st.stage - 1) + (v - 1) * p + 1
+        assert st.activations == pytest.approx(chunks * per_layer, rel=1e-9)
+    assert max(st.total for st in stages) <= dev.hbm_bytes
