@@ -95,10 +95,10 @@ def test_sharding_allgather_takes_sms_from_the_block_beside_it():
     assert max(a.max_sm_used for a in ex.streams) == ctas
 
 
-def _standalone_slowdown(scen, mm, n: int, k: int, r: int) -> float:
-    """The FR-FCFS engine run standalone on ``n`` compute requests beside ``k`` DMA streams,
-    the streams built here from catalog numbers (as ``tests/test_contention.py``), with the
-    model's random numbers of batch ``r``."""
+def standalone_streams(scen, mm, n: int, k: int):
+    """The HBM spec, stack count, compute stream of ``n`` requests and one of the ``k`` DMA
+    streams of a standalone FR-FCFS run, built here from catalog numbers (as
+    ``tests/test_contention.py``), not by the model under test."""
     dev, link = scen.cluster.device, scen.cluster.link
     hbm = load_hbm_spec(dev.hbm_type)
     stacks = dev.hbm_stacks
@@ -110,6 +110,13 @@ def _standalone_slowdown(scen, mm, n: int, k: int, r: int) -> float:
     m = mm._streams(n, (k, 0))[1][0].n_requests  # its DMA streams' length (an input)
     dma = StreamSpec(n_requests=m, arrival="poisson", rate_bytes_per_s=dma_rate / stacks,
                      read_fraction=0.5, row_locality=0.97, interleave="random")
+    return hbm, stacks, op, dma
+
+
+def _standalone_slowdown(scen, mm, n: int, k: int, r: int) -> float:
+    """The FR-FCFS engine run standalone on ``n`` compute requests beside ``k`` DMA streams
+    (:func:`standalone_streams`), with the model's random numbers of batch ``r``."""
+    hbm, stacks, op, dma = standalone_streams(scen, mm, n, k)
     alone = effective_bandwidth(hbm, stacks, op, [], mm._rng(0, n, r))
     return effective_bandwidth(hbm, stacks, op, [dma] * k, mm._rng(0, n, r),
                                op_alone_bytes_per_s=alone.op_bandwidth_bytes_per_s).slowdown

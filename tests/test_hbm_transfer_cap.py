@@ -20,10 +20,11 @@ import pytest
 import simpy
 
 from devices.fabric import Fabric, Phase
-from devices.hbm import StreamSpec, effective_bandwidth, load_hbm_spec
+from devices.hbm import effective_bandwidth
 from devices.interference import DeviceStreams
 from devices.memory import build_memory_model
 from devices.pcie import PcieFabric, PcieSpec
+from tests.test_contention_streams import standalone_streams
 from twin.build import build
 from twin.kernel.flows import FlowNetwork
 from twin.scenario import load_scenario
@@ -198,19 +199,10 @@ def test_no_ports_without_a_controller_model():
 # ----------------------------------------------------------------- the rate the controller gives
 def _standalone_dma(scen, mm, n: int, k: int, r: int) -> float:
     """All ``k`` DMA streams' bandwidth while the op ran, from the FR-FCFS engine run
-    standalone on streams built here from catalog numbers (as
-    ``tests/test_contention_streams.py``), with the model's random numbers of batch ``r``."""
-    dev, link = scen.cluster.device, scen.cluster.link
-    hbm = load_hbm_spec(dev.hbm_type)
-    stacks = dev.hbm_stacks
-    peak = dev.hbm_bandwidth_gbps * 1e9
-    op = StreamSpec(n_requests=n, arrival="poisson",
-                    rate_bytes_per_s=dev.memory_efficiency * peak / stacks,
-                    read_fraction=2 / 3, row_locality=0.9)
-    dma_rate = link.bandwidth_gbps * 1e9 * link.efficiency * scen.cluster.links_per_edge * 2
-    m = mm._streams(n, (k, 0))[1][0].n_requests  # its DMA streams' length (an input)
-    dma = StreamSpec(n_requests=m, arrival="poisson", rate_bytes_per_s=dma_rate / stacks,
-                     read_fraction=0.5, row_locality=0.97, interleave="random")
+    standalone on streams built from catalog numbers
+    (``tests.test_contention_streams.standalone_streams``), with the model's random numbers
+    of batch ``r``."""
+    hbm, stacks, op, dma = standalone_streams(scen, mm, n, k)
     eb = effective_bandwidth(hbm, stacks, op, [dma] * k, mm._rng(0, n, r))
     return sum(eb.dma_window_bytes_per_s)
 
