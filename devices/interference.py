@@ -247,7 +247,7 @@ class DeviceStreams:
         mem = self.memory
         if mem is None or self._running is None or self._net <= 0:
             return math.inf
-        return mem.dma_caps(self._clip(self.mix))[0]
+        return mem.dma_caps(mem.clip(self.mix, weight=0.0))[0]
 
     def h2d_cap(self) -> float:
         """HBM bandwidth of one copy stream now (a copy counts itself: call it after its
@@ -256,22 +256,13 @@ class DeviceStreams:
         mem = self.memory
         if mem is None or self._running is None or self._h2d <= 0:
             return math.inf
-        return mem.dma_caps(self._clip(self.mix))[1]
+        return mem.dma_caps(mem.clip(self.mix, weight=0.0))[1]
 
     def capped_s(self) -> float:
         """Seconds the class's HBM ports have been capped so far (an open interval counted
         up to now)."""
         open_s = self.env.now - self._capped_since if self._capped_since is not None else 0.0
         return self.port_capped_s + open_s
-
-    def _clip(self, mix: tuple[int, int]) -> tuple[int, int]:
-        """``mix`` clipped to the model's ``max_streams`` (without counting it as a block)."""
-        net, h2d = mix
-        top = self.memory.max_streams
-        if net + h2d > top:
-            net = min(net, top)
-            h2d = top - net
-        return net, h2d
 
     def _ports(self) -> None:
         """Tell the fabric the ports' capacity if it changed."""

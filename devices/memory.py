@@ -269,7 +269,8 @@ class MemoryContention(ABC):
         return s
 
     def clip(self, k: int | Mix, weight: float = 1.0) -> Mix:
-        """The mix simulated for ``k``: at most ``max_streams`` streams (network first)."""
+        """The mix simulated for ``k``: at most ``max_streams`` streams (network first).
+        ``weight`` is added to the count of clipped blocks (0: a lookup that is no block)."""
         net, h2d = as_mix(k)
         if net + h2d > self.max_streams:
             self._clipped += weight
