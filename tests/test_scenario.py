@@ -194,6 +194,20 @@ def test_cli_subprocess_no_traceback(tmp_path):
     assert "workload.parallelism" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("text", "kind"), [("", "null"), ("# only a comment\n", "null"),
+                                             ("- 1\n- 2\n", "a list"), ("42\n", "a number")])
+@pytest.mark.parametrize("sub", ["check", "run"])
+def test_a_file_that_is_not_a_mapping_is_a_field_error(sub, text, kind, tmp_path, capsys):
+    """A YAML document that parses but is not a mapping (empty, a list, a scalar) is reported
+    at the top level with exit code 2 by every command that reads a scenario (a fuzzed file
+    that was a comment alone made `twin check` raise a TypeError)."""
+    path = tmp_path / "in.yaml"
+    path.write_text(text)
+    assert main([sub, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"must be a YAML mapping, not {kind}" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("sub", ["run", "summary", "check", "catalog", "limits", "validate",
                                  "campaign", "pareto"])
 def test_cli_help(sub, capsys):

@@ -10,6 +10,7 @@ fault targets vs topology). Every problem found is reported at once in one
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -377,7 +378,8 @@ def load_scenario(path: str | Path | dict[str, Any],
     """Load, resolve and validate a scenario.
 
     Args:
-        path: a YAML file, or an already parsed mapping.
+        path: a YAML file, or an already parsed document (anything but a mapping is reported
+            as a ScenarioError, as in a file).
         overrides: ``["workload.parallelism.dp=4", ...]`` or ``{"seed": 3}``; values are parsed
             as YAML and validated with the schema's types.
         source: where an already parsed mapping came from (named in errors; default
@@ -387,7 +389,7 @@ def load_scenario(path: str | Path | dict[str, Any],
         ScenarioError: listing every problem (missing file, malformed YAML, unknown key, wrong
             type, unknown catalog name, inconsistent sections), each with its field path.
     """
-    if isinstance(path, dict):
+    if not isinstance(path, (str, os.PathLike)):  # an already parsed document
         return _build(path, overrides, source=source or "<dict>")
     p = Path(path)
     raw = read_yaml(p, "scenario")
