@@ -181,6 +181,18 @@ def test_pairs_are_one_step_of_the_algorithm():
     assert C.pairs("ring", np.array([[3]]), torus) == []
 
 
+def test_two_member_groups_are_the_smallest_that_communicate():
+    """p = 2 is the boundary of "no communication": a ring of two sends one message each way
+    per step, and a 2-D sub-grid needs X, Y >= 2, i.e. at least 4 members, so no group of 2 is
+    one (whether its devices differ along one dimension or two)."""
+    torus = build_topology("torus2d", (4, 4), "a")
+    assert sorted(C.pairs("ring", np.array([[3, 7]]), torus)) == [(3, 7), (7, 3)]
+    assert sorted(C.pairs("ring", np.array([[0, 1], [8, 9]]), torus)) == [
+        (0, 1), (1, 0), (8, 9), (9, 8)]
+    assert "a line" in C.check("torus2d", np.array([[0, 1]]), torus)
+    assert "fills 2 of the 2x2" in C.check("torus2d", np.array([[0, 5]]), torus)
+
+
 # ----------------------------------------------------------------------------- costs
 def test_alpha_beta_costs_worked_by_hand():
     a, b = 2e-6, 1e10        # 2 us per step, 10 GB/s
