@@ -174,6 +174,26 @@ def test_fifo_rejects_bad_input_naming_it(arrivals, services, kwargs, path):
     assert all(p.allowed for p in err.value.problems)
 
 
+@pytest.mark.parametrize(("make", "path"), [
+    (lambda v: q.Lognormal(mean=1.0, cov=v), "lognormal.cov"),
+    (lambda v: q.HyperExponential2(mean=1.0, cov=v), "hyperexponential.cov"),
+    (lambda v: q.Pareto(alpha=v, mean=1.0), "pareto.alpha"),
+])
+def test_shape_parameters_are_bounded_where_float64_would_overflow(make, path):
+    """Just above the documented bound (1e3) a shape parameter is a field error; at the bound
+    the distribution's moments are finite and its draws are finite and positive (at 1e308 the
+    variance overflowed into an OverflowError / an infinite sigma, found by fuzzing)."""
+    for bad in (1e3 * (1 + 1e-9), 1e308):
+        with pytest.raises(ScenarioError) as err:
+            make(bad)
+        assert [p.path for p in err.value.problems] == [path]
+        assert "1000" in err.value.problems[0].allowed
+    d = make(1e3)
+    assert math.isfinite(d.variance) and d.variance > 0
+    x = d.sample(np.random.default_rng(0), 10_000)
+    assert np.all(np.isfinite(x)) and np.all(x >= 0)
+
+
 def test_fifo_unsorted_deep_in_a_large_input_is_found():
     arrivals = np.arange(300_000, dtype=float)
     arrivals[250_001] = 5.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -141,6 +142,22 @@ def test_any_override_gives_scenario_or_field_error(key, value):
     except ScenarioError as exc:
         assert exc.problems
         assert all(isinstance(p.path, str) for p in exc.problems)
+
+
+def test_compute_jitter_cov_is_bounded_and_the_bound_runs(tmp_path, capsys):
+    """``simulation.compute_jitter_cov`` above 10 is a field error (at 1e308 sigma^2 =
+    log(1 + cov^2) overflowed and the run died in a traceback); at 10 a run finishes with a
+    finite iteration time."""
+    path = _write(tmp_path, scenario_dict())
+    assert main(["run", path, "--set", "simulation.compute_jitter_cov=1e308", "-o",
+                 str(tmp_path / "bad.h5")]) == 2
+    err = capsys.readouterr().err
+    assert "simulation.compute_jitter_cov" in err and "<= 10" in err
+    assert not (tmp_path / "bad.h5").exists()
+    from twin.api import run
+
+    res = run(load_scenario(path, {"simulation.compute_jitter_cov": 10.0}), trace_path=None)
+    assert math.isfinite(res.summary["iteration_time_s"]) and res.summary["iteration_time_s"] > 0
 
 
 @given(st.from_regex(r"[a-z_]{1,8}(\.[a-z_]{1,8}){0,3}", fullmatch=True),

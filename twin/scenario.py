@@ -131,8 +131,9 @@ class SimulationSpec(StrictModel):
                                    "process); the summary's shortcuts_used lists the ones a "
                                    "run took")
     compute_jitter_cov: NonNegativeFloat = Field(
-        default=0.0, description="coefficient of variation of compute-op durations "
-                                 "(lognormal); > 0 makes runs depend on the seed")
+        default=0.0, le=10.0, description="coefficient of variation of compute-op durations "
+        "(lognormal, mean one); > 0 makes runs depend on the seed; at most 10 (sigma 2.15: "
+        "one op in a thousand then lasts over 40x its mean)")
     limits: LimitsSpec = Field(default=LimitsSpec(), description="resource budget of a run "
                                                                  "(twin.budget)")
 

@@ -34,6 +34,7 @@ def _real(
     allowed: str,
     gt: float | None = None,
     ge: float | None = None,
+    le: float | None = None,
     allow_inf: bool = False,
 ) -> float:
     """Check one scalar; append a Problem (and return nan) when it is not acceptable."""
@@ -49,6 +50,9 @@ def _real(
         return math.nan
     if ge is not None and not x >= ge:
         problems.append(Problem(path, f"must be >= {ge:g}", value, allowed))
+        return math.nan
+    if le is not None and not x <= le:
+        problems.append(Problem(path, f"must be <= {le:g}", value, allowed))
         return math.nan
     return x
 

@@ -83,6 +83,15 @@ class ServiceDistribution:
 
 
 _MEAN_ALLOWED = "a finite mean service time > 0 (s)"
+#: Largest coefficient of variation accepted: beyond it a finite run cannot resolve the
+#: distribution (for the lognormal at cov 1e3 one draw in ~1e6 carries half the mean) and the
+#: moments overflow float64 long before cov ~ 1e154.
+MAX_COV = 1e3
+#: Largest lognormal sigma, the one of ``MAX_COV`` (``sqrt(log(1 + MAX_COV^2))``).
+MAX_SIGMA = math.sqrt(math.log1p(MAX_COV**2))
+#: Largest Pareto tail index accepted: at alpha = 1e3 the cov is ~1e-3 (nearly deterministic),
+#: and the variance's ``(alpha - 1)^2 (alpha - 2)`` overflows float64 near alpha ~ 1e102.
+MAX_ALPHA = 1e3
 
 
 class _CovFromScv:
@@ -228,7 +237,8 @@ class HyperExponential2(ServiceDistribution):
                 "hyperexponential.cov",
                 self.cov,
                 ge=1.0,
-                allowed="a coefficient of variation >= 1 (use erlang for cov < 1)",
+                le=MAX_COV,
+                allowed=f"a coefficient of variation in [1, {MAX_COV:g}] (use erlang for cov < 1)",
             ),
         )
         self._check(problems)
@@ -291,7 +301,8 @@ class Lognormal(ServiceDistribution):
                 "lognormal.cov",
                 self.cov,
                 gt=0.0,
-                allowed="a coefficient of variation > 0",
+                le=MAX_COV,
+                allowed=f"a coefficient of variation in (0, {MAX_COV:g}]",
             ),
         )
         self._check(problems)
@@ -301,7 +312,8 @@ class Lognormal(ServiceDistribution):
         """The lognormal with ``log S ~ Normal(mu, sigma^2)`` (``mu`` in log-seconds)."""
         problems: list[Problem] = []
         mu = _real(problems, "lognormal.mu", mu, allowed="a finite real (log of seconds)")
-        sigma = _real(problems, "lognormal.sigma", sigma, gt=0.0, allowed="a real > 0")
+        sigma = _real(problems, "lognormal.sigma", sigma, gt=0.0, le=MAX_SIGMA,
+                      allowed=f"a real in (0, {MAX_SIGMA:.4g}] (cov <= {MAX_COV:g})")
         _raise_if(problems)
         return cls(mean=math.exp(mu + 0.5 * sigma * sigma), cov=math.sqrt(math.expm1(sigma**2)))
 
@@ -354,8 +366,10 @@ class Pareto(_CovFromScv, ServiceDistribution):
                 "pareto.alpha",
                 self.alpha,
                 gt=1.0,
-                allowed="a tail index > 1 (alpha <= 1 has an infinite mean; alpha <= 2 an "
-                "infinite variance)",
+                le=MAX_ALPHA,
+                allowed=f"a tail index in (1, {MAX_ALPHA:g}] (alpha <= 1 has an infinite mean; "
+                "alpha <= 2 an infinite variance; above the bound the cov is below 1/alpha: "
+                "use deterministic)",
             ),
         )
         object.__setattr__(
