@@ -219,6 +219,31 @@ def test_fp8_gemm_reads_one_byte_operands_and_adds_the_casts():
     assert (kb["qkv.dgrad"].shape, kb["qkv.dgrad"].depth) == ((1.0, T, h), n)
 
 
+@pytest.mark.parametrize("spec,t", [(GPT, 2), (LLAMA, 4), (GPT, 1)])
+def test_gemm_shapes_are_the_output_tiles_of_the_flops_they_count(spec, t):
+    """The wave model tiles a GEMM's output ``(batch, rows, cols)``; its work is
+    ``2 batch rows cols depth`` FLOPs (the backward of a batched attention GEMM is two GEMMs
+    of the forward's size). Standard attention on one rank: b (heads / t) independent
+    matrices, scores [s, s] reduced over the head dim d, context [s, d] reduced over s."""
+    b = 2
+    tc, m = _costs(spec, t, attention="standard", b=b)
+    s, d = m.seq_len, m.hidden // m.heads
+    batch = b * m.heads / t
+    for backward in (False, True):
+        ks = {k.name: k for k in tc.attention_block(backward).kernels}
+        assert (ks["attn_scores"].shape, ks["attn_scores"].depth) == ((batch, s, s), d)
+        assert (ks["attn_context"].shape, ks["attn_context"].depth) == ((batch, s, d), s)
+        for name in ("attn_scores", "attn_context"):
+            k = ks[name]
+            n_gemms = 2 if backward else 1
+            assert k.flops == pytest.approx(n_gemms * 2 * np.prod(k.shape) * k.depth,
+                                            rel=1e-12), (name, backward)
+    for blk in (tc.attention_block(), tc.mlp_block(), tc.logits_block()):
+        for k in blk.kernels:
+            if k.gemm and k.shape is not None:
+                assert k.flops == pytest.approx(2 * np.prod(k.shape) * k.depth, rel=1e-12), k.name
+
+
 def test_fp32_training_uses_four_byte_elements():
     tc, m = _costs(GPT, precision="fp32")
     T, h = 2 * m.seq_len, m.hidden
