@@ -45,6 +45,11 @@ from twin.kernel.schema import (
 )
 
 WAIT_KINDS = ("tp", "recv", "dp_wait")
+#: Die temperature (C) above which a steady state counts as a thermal runaway: far past any
+#: silicon's destruction (~150-200 C junction limits), so a real fixed point is never cut off.
+_RUNAWAY_C = 1000.0
+#: Iterations of the die-temperature fixed point (converges in ~10-20 away from a tangency).
+_FIXED_POINT_STEPS = 100_000
 
 
 # ----------------------------------------------------------------------------- scenario schema
@@ -437,12 +442,34 @@ class PowerSetup:
         if self.thermal is None:
             return self.dev.leak_ref_c if self.dev.has_leakage else amb
         warm = self._warm_w.get(stage) if stage is not None else None
-        # fixed point of T = T_amb + R P(T) (leakage grows with T): a few iterations
+        # the lowest fixed point of T = T_amb + R P(T) (leakage grows with T): T_k rises
+        # monotonically from the ambient to it, so a warm die that passes the throttle limit
+        # ends at the limit, and one past _RUNAWAY_C has no physical steady state
         t = amb
         ps = self.dev.n_states - 1 if warm is None else 0
-        for _ in range(50):
-            t = self.thermal.steady(self.dev.idle_chip_w(ps, t) + (warm or 0.0), amb)
-        return min(t, self.thermal.limit_c) if warm is not None else t
+        for _ in range(_FIXED_POINT_STEPS):
+            nxt = self.thermal.steady(self.dev.idle_chip_w(ps, t) + (warm or 0.0), amb)
+            if warm is not None and nxt >= self.thermal.limit_c:
+                return self.thermal.limit_c
+            if not nxt <= _RUNAWAY_C:
+                self._runaway(amb)
+            if abs(nxt - t) <= 1e-12 * abs(nxt):
+                return nxt
+            t = nxt
+        return t  # at a tangency (R dP/dT = 1) the steps shrink without end: t is within them
+
+    def _runaway(self, amb: float) -> None:
+        """No steady die temperature below ``_RUNAWAY_C``: leakage grows with temperature
+        faster than the heat path removes it (``R dP/dT >= 1``)."""
+        dev = self.dev
+        raise InfeasibleConfig([Problem(
+            "power.thermal", f"thermal runaway: with inlet air at {amb:g} C, thermal resistance "
+            f"{self.thermal.r:g} K/W, idle_w {dev.spec.idle_w:g} W and leakage_w "
+            f"{dev.spec.leakage_w} W growing by leakage_per_k {dev.spec.leakage_per_k}/K an "
+            f"idle die has no steady temperature below {_RUNAWAY_C:g} C (leakage rises with "
+            "temperature faster than cooling removes it, or the idle power alone is too high)",
+            None, "less power (cluster.device.tdp_w, leakage_w), a smaller "
+            "thermal_r_k_per_w or leakage_per_k, cooler inlet air, or power.thermal.initial_c")])
 
     def ambient_for(self, cls: int) -> float:
         """Inlet air temperature of rank class ``cls``, C (``class_ambient_c`` when the run set

@@ -76,23 +76,25 @@ class DeviceSpec(StrictModel):
         description="achievable fraction of peak HBM bandwidth for streaming kernels")
     hbm_type: str = Field(description="HBM generation (name in devices/catalog/hbm)")
     hbm_stacks: int = Field(gt=0, description="number of HBM stacks")
-    hbm_pj_per_bit: PositiveFloat = Field(description="HBM access energy, pJ per bit moved")
+    hbm_pj_per_bit: PositiveFloat = Field(le=1e4, description="HBM access energy, pJ per bit "
+                                          "moved (at most 1e4: a thousand times DRAM's ~10)")
     router_pj_per_bit: NonNegativeFloat | None = Field(
         default=None, description="on-chip router of a mesh / torus node: energy per bit it "
                                   "switches between its links and the device (injected, "
                                   "ejected or forwarded), pJ (None: not modelled)")
     clock_mhz: PositiveFloat | None = Field(
         default=None, description="boost clock at which peak_tflops is quoted (None: unpublished)")
-    tdp_w: PositiveFloat = Field(description="board power limit (TDP/TGP), W")
-    idle_w: PositiveFloat = Field(description="board power when powered on and idle, W (at the "
-                                              "lowest P-state and leakage_ref_c)")
+    tdp_w: PositiveFloat = Field(le=1e5, description="board power limit (TDP/TGP), W (at most "
+                                 "1e5: a hundred times any accelerator board)")
+    idle_w: PositiveFloat = Field(le=1e5, description="board power when powered on and idle, W "
+                                  "(at the lowest P-state and leakage_ref_c; at most 1e5)")
     # --- detailed power model (devices.power); absent fields give the basic model -----------
     p_states: list[tuple[PositiveFloat, PositiveFloat]] | None = Field(
         default=None, min_length=1, max_length=1024,
         description="voltage-frequency table: [[MHz, V], ...]; the highest frequency must "
                     "equal clock_mhz")
     leakage_w: NonNegativeFloat | None = Field(
-        default=None, description="leakage (static) power at the top P-state's voltage and "
+        default=None, le=1e5, description="leakage (static) power at the top P-state's voltage and "
                                   "leakage_ref_c, W (part of idle_w)")
     leakage_ref_c: DieCelsius | None = Field(
         default=None, description="die temperature at which leakage_w and idle_w are given, C")
@@ -197,8 +199,10 @@ class LinkSpec(StrictModel):
     latency_us: NonNegativeFloat = Field(description="per-hop latency (wire + router), us")
     overhead_us: NonNegativeFloat = Field(
         description="per-message software/protocol overhead at the sender, us")
-    energy_pj_per_bit: NonNegativeFloat = Field(description="transfer energy, pJ per bit")
-    idle_w: NonNegativeFloat = Field(description="power of an idle link (both directions), W")
+    energy_pj_per_bit: NonNegativeFloat = Field(le=1e4, description="transfer energy, pJ per "
+                                                "bit (at most 1e4)")
+    idle_w: NonNegativeFloat = Field(le=1e6, description="power of an idle link (both "
+                                     "directions), W (at most 1e6, as device_w)")
     device_w: Annotated[float, Field(ge=0, le=1e6)] = Field(
         default=0.0, description="constant power of the network hardware serving one link "
                                  "while powered: its share of the switch ASIC(s), the NIC "
@@ -213,8 +217,8 @@ class LinkSpec(StrictModel):
         default=None, gt=0, le=1024, description="links of this type one device has (e.g. "
                                                   "NVLinks per GPU to its node NVSwitch)")
     noise_figure_db: NonNegativeFloat = Field(
-        default=0.0, description="receiver noise figure of the bound, dB (0: only the thermal "
-                                 "noise k T of the heat bath)")
+        default=0.0, le=100.0, description="receiver noise figure of the bound, dB (0: only "
+                                            "the thermal noise k T of the heat bath)")
 
     @property
     def bytes_per_s(self) -> float:

@@ -720,3 +720,44 @@ def test_p_states_are_ordered_by_clock_whatever_order_the_catalog_lists_them():
     assert slowest_first.volts == fastest_first.volts
     with pytest.raises(ValidationError, match="must not rise"):
         device("h100-sxm", p_states=[(1980.0, 1.0), (1890.0, 1.05)])
+
+
+@pytest.mark.parametrize("side", [0.98, 1.02])
+def test_idle_die_runs_away_exactly_beyond_the_critical_thermal_resistance(side):
+    """Idle steady state ``T = T_a + R (P_b + L e^{k (T - T_ref)})`` (``L`` the leakage at
+    the lowest P-state's voltage). ``phi(T) = T_a + R P(T) - T`` is convex with its minimum
+    where ``R L k e^{k (T* - T_ref)} = 1``, i.e. ``phi(T*) = T_a + R P_b + 1/k - T*``: a fixed
+    point exists iff ``phi(T*) <= 0``. The critical ``R_c`` (``phi(T*) = 0``) is solved
+    here with brentq; 2% below it the twin returns the lower root of ``phi``, 2% above it
+    reports a thermal runaway (InfeasibleConfig on ``power.thermal``) instead of overflowing
+    ``exp`` (a fuzzed ``tdp_w`` of 1e5 W raised OverflowError)."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s0 = device("h100-sxm")
+    amb = 25.0
+    v_low = min(s0.p_states, key=lambda p: p[0])[1]
+
+    def phi_min(r: float) -> float:
+        s = device("h100-sxm", thermal_r_k_per_w=r)
+        base, _ = ref_unknowns(s, ComputeModel(s, "bf16", s.hbm_pj_per_bit).power.regulator)
+        lk = ref_leak(s, v_low, s.leakage_ref_c)  # L, the leakage at T_ref
+        k = s.leakage_per_k
+        t_star = s.leakage_ref_c + math.log(1.0 / (r * lk * k)) / k
+        return amb + r * base + 1.0 / k - t_star
+
+    r_c = brentq(phi_min, 1e-3, 50.0, xtol=1e-12)
+    s = device("h100-sxm", thermal_r_k_per_w=side * r_c)
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    base, _ = ref_unknowns(s, cm.power.regulator)
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"ambient_c": amb}}), cm)
+    if side > 1:
+        with pytest.raises(InfeasibleConfig) as err:
+            setup.initial_temp_c()
+        assert [p.path for p in err.value.problems] == ["power.thermal"]
+        assert "thermal runaway" in err.value.problems[0].message
+        return
+    r = s.thermal_r_k_per_w
+    t_star = s.leakage_ref_c + math.log(
+        1.0 / (r * ref_leak(s, v_low, s.leakage_ref_c) * s.leakage_per_k)) / s.leakage_per_k
+    t = brentq(lambda x: amb + r * (base + ref_leak(s, v_low, x)) - x, amb, t_star, xtol=1e-12)
+    assert setup.initial_temp_c() == pytest.approx(t, rel=1e-9)
