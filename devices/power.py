@@ -30,12 +30,14 @@ import math
 from itertools import pairwise
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from devices.regulator import VoltageRegulator
 from devices.thermal import ThermalRC
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
+    ABSOLUTE_ZERO_C,
+    MAX_AMBIENT_C,
     AmbientCelsius,
     DieCelsius,
     Fraction,
@@ -98,8 +100,10 @@ class ThermalSpec(StrictModel):
                                     "job already running: short runs do not understate "
                                     "leakage), idle = steady state of an idle device")
     inlet_gradient_k: float = Field(
-        default=0.0, description="inlet air temperature added across the grid by position, K "
-                                 "(devices.position.inlet_offsets; nonzero turns symmetry off)")
+        default=0.0, allow_inf_nan=False, description="inlet air temperature added across the "
+        "grid by position, K (devices.position.inlet_offsets; nonzero turns symmetry off); "
+        "ambient_c + inlet_gradient_k must stay an inlet temperature (absolute zero to "
+        f"{MAX_AMBIENT_C:g} C)")
     inlet_gradient_along: Literal["x", "y", "center"] = Field(
         default="y", description="how the inlet gradient runs: along x or y (0 at coordinate "
                                  "0, the full gradient at the far side) or center (full at the "
@@ -114,6 +118,17 @@ class ThermalSpec(StrictModel):
     max_step_s: PositiveFloat = Field(
         default=1.0, description="longest idle segment before leakage is re-evaluated at the "
                                  "new temperature, s")
+
+    @model_validator(mode="after")
+    def _inlet_in_range(self) -> ThermalSpec:
+        hottest = self.ambient_c + self.inlet_gradient_k
+        if not ABSOLUTE_ZERO_C <= hottest <= MAX_AMBIENT_C:
+            raise ValueError(
+                f"inlet_gradient_k {self.inlet_gradient_k:g} K takes the inlet air of the far "
+                f"devices to {hottest:g} C (ambient_c {self.ambient_c:g} C + the gradient); "
+                f"allowed: ambient_c + inlet_gradient_k within [{ABSOLUTE_ZERO_C:g}, "
+                f"{MAX_AMBIENT_C:g}] C")
+        return self
 
 
 class ManagerSpec(StrictModel):

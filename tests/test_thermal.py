@@ -196,3 +196,20 @@ def test_ambient_change_during_a_block_applies_after_it():
     heat = dev.regulator.output_for_input(watts)        # chip power of the block
     assert heat > dev.base_w + leak
     assert seg[0, 5] == pytest.approx(th.advance(50.0, heat, t1 - t0, 25.0), abs=1e-6)
+
+
+@pytest.mark.parametrize(("gradient", "ok"), [(75.0, True), (75.0 + 1e-9, False),
+                                              (-298.15, True), (-298.15 - 1e-9, False),
+                                              (1e308, False)])
+def test_the_inlet_gradient_keeps_every_inlet_a_temperature(gradient, ok):
+    """``ambient_c + inlet_gradient_k`` is the far devices' inlet air: it must lie in
+    [absolute zero, 100 C] like ``ambient_c`` itself (a fuzzed 1e308 K overflowed exp in the
+    leakage); the error names power.thermal and both values."""
+    from pydantic import ValidationError
+
+    spec = {"thermal": {"ambient_c": 25.0, "inlet_gradient_k": gradient}}
+    if ok:
+        assert PowerSpec.model_validate(spec).thermal.inlet_gradient_k == gradient
+        return
+    with pytest.raises(ValidationError, match="ambient_c \\+ inlet_gradient_k within"):
+        PowerSpec.model_validate(spec)
