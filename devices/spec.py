@@ -211,8 +211,9 @@ class LinkSpec(StrictModel):
         default=None, gt=0, description="electrical lanes per direction (Shannon-Hartley bound "
                                         "of twin.limits; None: bound not available)")
     symbol_rate_gbaud: PositiveFloat | None = Field(
-        default=None, description="symbol rate of one lane, GBd; its Nyquist bandwidth "
-                                  "symbol_rate / 2 is the channel bandwidth of the bound")
+        default=None, le=1e6, description="symbol rate of one lane, GBd (at most 1e6: a "
+                                          "petabaud lane); its Nyquist bandwidth "
+                                          "symbol_rate / 2 is the channel bandwidth of the bound")
     links_per_gpu: int | None = Field(
         default=None, gt=0, le=1024, description="links of this type one device has (e.g. "
                                                   "NVLinks per GPU to its node NVSwitch)")

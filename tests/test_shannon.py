@@ -55,6 +55,26 @@ def test_wideband_limit_is_kT_ln2():
 
     t = 300.0
     assert shannon_energy_per_bit(1e9, 1e18, t) == pytest.approx(K_B * t * math.log(2), rel=1e-8)
+    # at and past the float limits of eta = R / B (a fuzzed 1e308 GBd lane divided by eta = 0)
+    for bw in (1e300, math.inf):
+        assert shannon_energy_per_bit(1e9, bw, t) == pytest.approx(K_B * t * math.log(2),
+                                                                   rel=1e-12)
+
+
+def test_symbol_rate_is_bounded_and_the_bound_runs(tiny):
+    """A lane symbol rate at the schema's bound (1e6 GBd: eta = R / B ~ 1e-4) runs, and its
+    bound is the closed form; above the bound is a field error naming the key."""
+    from twin.kernel.errors import ScenarioError
+    from twin.limits import link_shannon
+
+    scen = tiny(["cluster.link.symbol_rate_gbaud=1e6", "cluster.link.lanes=4"])
+    res = run(scen)
+    assert res.summary["iteration_time_s"] > 0
+    link = scen.cluster.link.model_dump()
+    got = link_shannon(link, 298.15)["j_per_bit"]
+    assert got == pytest.approx(_closed_form(link, 298.15), rel=1e-9)
+    with pytest.raises(ScenarioError, match="symbol_rate_gbaud"):
+        tiny(["cluster.link.symbol_rate_gbaud=1e308"])
 
 
 def test_pareto_rows_carry_the_distances_to_both_bounds(tiny):

@@ -65,6 +65,8 @@ def shannon_energy_per_bit(rate_bps: float, bandwidth_hz: float, temperature_k: 
     x = eta * math.log(2.0)
     if x > 700.0:  # 2^eta beyond a float: a rate no finite signal power carries in B
         return math.inf
+    if x < 1e-9:  # wideband limit: expm1(x) / eta = ln 2 (1 + x / 2 + ...), error < 1e-9
+        return n0 * math.log(2.0)
     return n0 * math.expm1(x) / eta
 
 
