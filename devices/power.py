@@ -115,9 +115,11 @@ class ThermalSpec(StrictModel):
     hysteresis_k: PositiveFloat = Field(
         default=3.0, description="throttle releases (and temperature alerts re-arm) below "
                                  "limit - hysteresis, K")
-    max_step_s: PositiveFloat = Field(
-        default=1.0, description="longest idle segment before leakage is re-evaluated at the "
-                                 "new temperature, s")
+    max_step_s: float = Field(
+        default=1.0, ge=1e-6, allow_inf_nan=False,
+        description="longest idle segment before leakage is re-evaluated at the new "
+                    "temperature, s (at least 1e-6: the dies' RC time constants are tens of "
+                    "seconds, and each step is an event of the run's budget)")
 
     @model_validator(mode="after")
     def _inlet_in_range(self) -> ThermalSpec:

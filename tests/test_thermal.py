@@ -213,3 +213,27 @@ def test_the_inlet_gradient_keeps_every_inlet_a_temperature(gradient, ok):
         return
     with pytest.raises(ValidationError, match="ambient_c \\+ inlet_gradient_k within"):
         PowerSpec.model_validate(spec)
+
+
+def test_the_idle_step_is_bounded_and_counted_in_the_event_budget(tiny):
+    """``max_step_s`` cuts idle time into segments, each an event: 1e-308 s hung a run (the
+    steps never added up to a kernel's gap). Below 1e-6 s it is a field error; a step that
+    would cut the run into more segments than ``simulation.limits.max_events`` allows is
+    refused before the run, naming the key; the same run with the default step fits."""
+    from twin.budget import check_budget, estimate
+    from twin.kernel.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="max_step_s"):
+        tiny(["power.thermal.max_step_s=1e-7"])
+    base = tiny()
+    e = estimate(base)
+    # a budget with room for 10x the run's other events, but not for one segment per 1e-6 s
+    limit = int(10 * e.events) + 1
+    assert e.classes * e.sim_time_s / 1e-6 > limit
+    fits = tiny([f"simulation.limits.max_events={limit}"])  # loading checks the budget
+    assert check_budget(fits) == []
+    with pytest.raises(ScenarioError) as err:
+        tiny([f"simulation.limits.max_events={limit}", "power.thermal.max_step_s=1e-6"])
+    problems = err.value.problems
+    assert [p.path for p in problems] == ["simulation.limits.max_events"]
+    assert "power.thermal.max_step_s" in problems[0].message

@@ -97,6 +97,7 @@ class Estimate:
     memory_bytes: float
     hbm_requests: float = 0.0
     iteration_s: float = 0.0
+    thermal_steps: float = 0.0
 
 
 def _links(kind: str, shape: tuple[int, ...], n: int) -> int:
@@ -153,6 +154,10 @@ def estimate(scen: Scenario) -> Estimate:
 
     fault_events, sim_time = _faults(scen, n, links, t_iter, iters)
     events += fault_events
+    thermal_steps = 0.0
+    if scen.power.thermal.enabled:  # idle time is cut into segments of at most max_step_s
+        thermal_steps = classes * sim_time / scen.power.thermal.max_step_s  # (leakage anew)
+        events += thermal_steps
     power_samples = sim_time / scen.power.alerts.window_s
     hbm = hbm_requests(scen)
     memory = (BASE_BYTES + n * BYTES_PER_DEVICE + links * BYTES_PER_LINK
@@ -160,7 +165,7 @@ def estimate(scen: Scenario) -> Estimate:
                                       * work) + BYTES_PER_SAMPLE * power_samples
               + BYTES_PER_REQUEST * hbm)
     return Estimate(n, links, m, classes, events, packets, fault_events, power_samples,
-                    sim_time, memory, hbm, t_iter)
+                    sim_time, memory, hbm, t_iter, thermal_steps)
 
 
 def _bytes_per_rank(scen: Scenario, tc: Any, m: int, layers_per_stage: int) -> float:
@@ -283,7 +288,8 @@ def check_budget(scen: Scenario) -> list[Problem]:
                            f"{_fmt(e.events)} events ({why}), more than the limit of "
                            f"{lim.max_events}", None,
                            "a smaller workload (global_batch, iterations, layers), larger "
-                           "network.packet_kib, slower failure processes, or raise "
+                           "network.packet_kib or power.thermal.max_step_s, slower failure "
+                           "processes, or raise "
                            "simulation.limits.max_events"))
     if e.sim_time_s > lim.max_sim_time_s:
         out.append(Problem("simulation.limits.max_sim_time_s", f"the run would simulate at "
@@ -339,6 +345,9 @@ def _why_events(scen: Scenario, e: Estimate) -> str:
         parts.append(f"{_fmt(e.packets)} packets of {scen.network.packet_kib:g} KiB")
     if e.fault_events:
         parts.append(f"{_fmt(e.fault_events)} failure events")
+    if e.thermal_steps > 0.01 * e.events:
+        parts.append(f"{_fmt(e.thermal_steps)} idle segments of at most power.thermal."
+                     f"max_step_s = {scen.power.thermal.max_step_s:g} s")
     return "; ".join(parts)
 
 
