@@ -761,3 +761,23 @@ def test_idle_die_runs_away_exactly_beyond_the_critical_thermal_resistance(side)
         1.0 / (r * ref_leak(s, v_low, s.leakage_ref_c) * s.leakage_per_k)) / s.leakage_per_k
     t = brentq(lambda x: amb + r * (base + ref_leak(s, v_low, x)) - x, amb, t_star, xtol=1e-12)
     assert setup.initial_temp_c() == pytest.approx(t, rel=1e-9)
+
+
+@pytest.mark.parametrize("t_ss", [900.0, 1100.0])
+def test_a_steady_state_counts_as_runaway_above_1000_c(t_ss):
+    """Without leakage the idle steady state is the closed form ``T = T_a + R P_b``. Choosing
+    R puts it at 900 C (returned, to 1e-9) or 1100 C: past the 1000 C the twin treats as a
+    thermal runaway (far above any die's destruction), so an InfeasibleConfig."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    amb = 25.0
+    s0 = device("h100-sxm", leakage_w=0.0)
+    base, _ = ref_unknowns(s0, ComputeModel(s0, "bf16", s0.hbm_pj_per_bit).power.regulator)
+    s = device("h100-sxm", leakage_w=0.0, thermal_r_k_per_w=(t_ss - amb) / base)
+    setup = PowerSetup(PowerSpec.model_validate({"thermal": {"ambient_c": amb}}),
+                       ComputeModel(s, "bf16", s.hbm_pj_per_bit))
+    if t_ss > 1000.0:
+        with pytest.raises(InfeasibleConfig, match="thermal runaway"):
+            setup.initial_temp_c()
+    else:
+        assert setup.initial_temp_c() == pytest.approx(t_ss, rel=1e-9)
