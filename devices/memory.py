@@ -332,7 +332,9 @@ class MemoryContention(ABC):
                 got = win[:, lo:hi].sum(axis=1) / (hi - lo)  # per stream of the kind
                 mean = float(got.mean())
                 se = float(got.std(ddof=1) / math.sqrt(got.size))
-                if mean + 3.0 * se < rate:
+                # mean 0: no request of the kind completed in any window (a trickle that
+                # offered none in the op's span): nothing measured, and it is served in full
+                if 0.0 < mean and mean + 3.0 * se < rate:
                     caps[j] = mean * (hi - lo) if j == 0 else mean
         hit = self._caps[mix] = (caps[0], caps[1])
         return hit

@@ -26,6 +26,7 @@ from devices.memory import build_memory_model
 from devices.pcie import PcieFabric, PcieSpec
 from tests.test_contention_streams import standalone_streams
 from twin.build import build
+from twin.kernel.errors import ScenarioError
 from twin.kernel.flows import FlowNetwork
 from twin.scenario import load_scenario
 from workloads import collectives
@@ -372,3 +373,20 @@ def _sim(scen):
     model = build(scen)
     env, fab, ex, _ = simulate(model, Recorder())
     return model, env, fab, ex
+
+
+def test_a_trickle_of_dma_is_never_capped_and_a_slower_one_is_refused():
+    """A DMA stream of 1 MB/s beside ops on a 3 TB/s HBM offers no request in the ops'
+    windows: nothing is measured, and a stream that far below saturation is served in full,
+    so the ports stay uncapped (a 'measured' 0 B/s capped them at 0 and the run failed).
+    Below 1 MB/s the HBM batches would simulate the trickle's whole arrival span (1 B/s: ~1000
+    s of HBM time): refused before the run, naming the key."""
+    from twin.runner import run
+
+    base = load_scenario(ROOT / "scenarios" / "hbm_frfcfs.yaml").replace([
+        "trace.enabled=false", "workload.iterations=1", "memory.dma.rate_gbps=1e-3"])
+    summary = run(base).summary
+    assert summary["hbm_port_capped_s"] == 0.0 and summary["hbm_port_cap_min_gbps"] is None
+    with pytest.raises(ScenarioError) as err:
+        base.replace(["memory.dma.rate_gbps=1e-9"])
+    assert [p.path for p in err.value.problems] == ["memory.dma.rate_gbps"]

@@ -57,6 +57,11 @@ BYTES_PER_EVENT = 200.0
 BYTES_PER_SAMPLE = 64.0
 #: estimate: bytes per simulated HBM request held at once (arrival, service, order, result).
 BYTES_PER_REQUEST = 40.0
+#: Slowest HBM traffic of one transfer the contention models simulate, bytes/s. Each HBM batch
+#: gives every DMA stream at least 16 Poisson requests, and the FR-FCFS engine simulates (with
+#: refresh) until the last completes: at 1 MB/s that is ~1 ms of HBM time (2 s of CPU for a
+#: whole run), at 1 B/s ~1000 s (hours). Contention from such a trickle is nil (< 1e-6 of HBM).
+MIN_DMA_BYTES_PER_S = 1e6
 #: Poisson arrivals: more than this many expected job-stopping failures per attempt of an
 #: iteration means exp(that) attempts, i.e. a job that never finishes.
 MAX_FAILURES_PER_ATTEMPT = 30.0
@@ -282,6 +287,9 @@ def check_budget(scen: Scenario) -> list[Problem]:
                            "fewer devices, a coarser power.alerts.window_s, a smaller "
                            "memory.dma.rate_gbps or memory.requests_per_batch, or raise "
                            "simulation.limits.max_memory_gb"))
+    dma = _dma_problem(scen)
+    if dma is not None:
+        out.append(dma)
     if e.events > lim.max_events:
         why = _why_events(scen, e)
         out.append(Problem("simulation.limits.max_events", f"the run would process about "
@@ -336,6 +344,24 @@ def _never_finishes(scen: Scenario, e: Estimate) -> Problem:
                                   None, "a longer mean time to failure (mean_s, or a "
                                   "smaller acceleration)"), x
     return best or Problem("faults", "failures come too fast for the job to finish")
+
+
+def _dma_problem(scen: Scenario) -> Problem | None:
+    """A DMA stream too slow for the HBM batches to simulate (``MIN_DMA_BYTES_PER_S``)."""
+    from devices.memory import dma_rate_bytes_per_s
+
+    mem, cl = scen.memory, scen.cluster
+    if mem.model == "roofline":
+        return None
+    rate = dma_rate_bytes_per_s(mem, cl.link, cl.links_per_edge)
+    if rate >= MIN_DMA_BYTES_PER_S:
+        return None
+    key = "memory.dma.rate_gbps" if mem.dma.rate_gbps is not None else \
+        "memory.dma.hbm_bytes_per_link_byte"
+    return Problem(key, f"one transfer's HBM traffic of {rate:.3g} B/s is below the "
+                   f"{MIN_DMA_BYTES_PER_S:g} B/s the {mem.model} memory model simulates (its "
+                   "HBM batches would run for the trickle's whole arrival span)", None,
+                   "at least 1e-3 GB/s, or memory.model roofline")
 
 
 def _why_events(scen: Scenario, e: Estimate) -> str:
