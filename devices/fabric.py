@@ -34,6 +34,7 @@ import numpy as np
 import simpy
 
 from devices.link import Link, LinkDown
+from devices.replicas import ReplicaQuotient
 from devices.spec import LinkSpec
 from topologies.routing import NoRoute, Router
 from twin.kernel.flows import FlowNetwork, Transfer, max_min_rates
@@ -169,22 +170,53 @@ class Fabric:
             self.flows = FlowNetwork(env, self.capacity)
         else:
             self.links = [Link(env, i, self.capacity[i], self.latency[i]) for i in range(n)]
+        self.port_capacity = np.full(topo.n_devices, np.inf)  # as set (set_port_capacity)
+        # representative replica (devices.replicas, set_quotient): flows of one replica per
+        # orbit on the quotient network; link counters are kept in quotient link ids and
+        # expanded on reading, closed-form phases count on the real links beside them
+        self.quotient: ReplicaQuotient | None = None
+        self.quotient_fallback: str | None = None  # why a quotient run was redone in full
+        self._closed_done: dict[Phase, int] = {}  # executions of each closed-form phase
 
     # ----------------------------------------------------------------- accounting
+    def _flow_counter(self, counter: np.ndarray, ids: np.ndarray, weighted: bool) -> np.ndarray:
+        """A flow-engine per-link counter at link ids ``ids``, in real links: read through
+        the quotient when there is one (``weighted``: bytes, times ``n / |C(l)|``)."""
+        self.flows._advance()
+        q = self.quotient
+        if q is None:
+            return counter[ids].copy()
+        canon = q.canon[ids]
+        out = np.where(canon >= 0, counter[np.maximum(canon, 0)], 0.0)
+        return out * q.weight(ids) if weighted else out
+
+    def _closed_counters(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and busy seconds of every real link from the closed-form phases finished so
+        far (:meth:`start_closed`): each phase's per-link bytes and drain time times the
+        number of times it ran."""
+        nbytes, busy = np.zeros(self.topo.n_links), np.zeros(self.topo.n_links)
+        for ph, k in self._closed_done.items():
+            drain, _lat, links, per_link = self._closed[ph][1]
+            nbytes[links] += k * per_link
+            busy[links] += k * drain
+        return nbytes, busy
+
     @property
     def link_bytes(self) -> np.ndarray:
         """Bytes carried by each directed link so far."""
         if self.model == "flow":
-            self.flows._advance()
-            return self.flows.link_bytes[:self.topo.n_links].copy()
+            ids = np.arange(self.topo.n_links)
+            return (self._flow_counter(self.flows.link_bytes, ids, True)
+                    + self._closed_counters()[0])
         return np.array([lk.bytes for lk in self.links])
 
     @property
     def link_busy_s(self) -> np.ndarray:
         """Seconds each directed link spent carrying traffic."""
         if self.model == "flow":
-            self.flows._advance()
-            return self.flows.link_busy[:self.topo.n_links].copy()
+            ids = np.arange(self.topo.n_links)
+            return (self._flow_counter(self.flows.link_busy, ids, False)
+                    + self._closed_counters()[1])
         return np.array([lk.busy_s for lk in self.links])
 
     @property
@@ -193,18 +225,47 @@ class Fabric:
         ports)."""
         if not self.ports:
             return np.zeros(self.topo.n_devices)
-        self.flows._advance()
-        return self.flows.link_bytes[self.topo.n_links:].copy()
+        n = self.topo.n_links
+        ids = np.arange(n, n + self.topo.n_devices)
+        return self._flow_counter(self.flows.link_bytes, ids, True)
+
+    def real_capacity(self, ids: np.ndarray) -> np.ndarray:
+        """Bytes/s of flow-engine links ``ids`` (links, then HBM ports) as built and set,
+        whatever the quotient network gives them."""
+        ids = np.asarray(ids, dtype=np.int64)
+        n = self.topo.n_links
+        port = ids >= n
+        return np.where(port, self.port_capacity[np.where(port, ids - n, 0)],
+                        self.capacity[np.minimum(ids, n - 1)])
+
+    def set_quotient(self, quotient: ReplicaQuotient | None) -> None:
+        """Send one representative flow per replica orbit from now on (``devices.replicas``;
+        before any transfer, flow model only)."""
+        if quotient is not None and (self.model != "flow" or self.flows.transfers
+                                     or self._plans):
+            raise ValueError("set_quotient: flow model only, before any phase is planned")
+        self.quotient = quotient
 
     def set_port_capacity(self, devices, capacity: float) -> None:
         """Cap the HBM ports of ``devices`` at ``capacity`` bytes/s of HBM traffic (``inf``:
         uncapped) from now on; flows crossing them are re-shared at once."""
         if not self.ports:
             return
-        self.flows.set_capacity(np.asarray(devices, dtype=np.int64) + self.topo.n_links,
-                                capacity)
+        dev = np.asarray(devices, dtype=np.int64)
+        self.port_capacity[dev] = capacity
+        ids = dev + self.topo.n_links
+        q = self.quotient
+        if q is None:
+            self.flows.set_capacity(ids, capacity)
+            return
+        # symmetric runs cap a whole class (all replicas) alike: set each learnt cycle's link
+        canon = np.unique(q.canon[ids])
+        canon = canon[canon >= 0]
+        for scale in np.unique(q.capacity_scale(canon)).tolist():
+            links = canon[q.capacity_scale(canon) == scale]
+            self.flows.set_capacity(links, capacity * scale)
 
-    def _ported(self, routes: list, src, dst) -> list:
+    def with_ports(self, routes: list, src, dst) -> list:
         """``routes`` with their ends' HBM ports appended (flow engine routes)."""
         if not self.ports:
             return routes
@@ -238,7 +299,8 @@ class Fabric:
         src, dst = phase.src, phase.dst
         plan = self._plan(phase)
         if plan is not None:
-            routes, alpha, hops, per_pair, total, key, sent, received, _row, flow_routes = plan
+            (routes, alpha, hops, per_pair, total, key, sent, received, _row, flow_routes,
+             flow_total) = plan
         else:  # failures disconnect some pair: wait for repairs, no caching
             routes = []
             for a, b in zip(src, dst, strict=True):
@@ -250,11 +312,11 @@ class Fabric:
             key = None
             sent = _per_device(src, total)
             received = _per_device(dst, total)
-            flow_routes = self._ported(routes, src, dst)
+            flow_routes, flow_total = self.with_ports(routes, src, dst), total
         self.bytes_sent[sent[0]] += sent[1]
         if self.model == "flow":
-            tr = self.flows.transfer(flow_routes, total, latency=alpha * phase.steps, tag=name,
-                                     key=key, steps=phase.steps)
+            tr = self.flows.transfer(flow_routes, flow_total, latency=alpha * phase.steps,
+                                     tag=name, key=key, steps=phase.steps)
             self._steps[tr.id] = phase.steps
             try:
                 yield tr.done
@@ -359,14 +421,13 @@ class Fabric:
         ev = self.env.timeout(total)
 
         def finished(_e: object) -> None:
-            fl = self.flows
             t = t0
-            for ph, (drain, lat, links, per_link) in zip(phases, costs, strict=True):
+            done = self._closed_done
+            for ph, (drain, lat, _links, _per_link) in zip(phases, costs, strict=True):
                 plan = self._plan(ph)
                 received = plan[7]
                 self.bytes_received[received[0]] += received[1]
-                fl.link_bytes[links] += per_link
-                fl.link_busy[links] += drain
+                done[ph] = done.get(ph, 0) + 1  # link counters: see _closed_counters
                 if self.record is not None:
                     self.record(MessageRecord(t, t + drain + lat, name, owner, *plan[8]))
                 t += drain + lat
@@ -378,7 +439,7 @@ class Fabric:
                done: simpy.Event) -> None:
         phase = phases[i]
         t0 = self.env.now
-        _r, alpha, _hops, _pp, total, key, sent, received, row, routes = self._plan(phase)
+        _r, alpha, _hops, _pp, _t, key, sent, received, row, routes, total = self._plan(phase)
         self.bytes_sent[sent[0]] += sent[1]
         tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key,
                                  steps=phase.steps)
@@ -427,12 +488,24 @@ class Fabric:
                      + phase.base_latency_s / max(phase.steps, 1))
         else:
             alpha = max((self.step_latency(r) for r in routes), default=0.0)
+        flow_routes, flow_total = self.with_ports(routes, phase.src.tolist(),
+                                               phase.dst.tolist()), total
+        if self.quotient is not None:
+            flow_routes, flow_total = self._reduce(phase, flow_routes, total)
         plan = (routes, alpha, hops,
                 per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
-                _per_device(phase.dst, total), row,
-                self._ported(routes, phase.src.tolist(), phase.dst.tolist()))
+                _per_device(phase.dst, total), row, flow_routes, flow_total)
         self._plans[phase] = (failed, plan)
         return plan
+
+    def _reduce(self, phase: Phase, routes: list, total: np.ndarray) -> tuple[list, np.ndarray]:
+        """The representative flows of a phase on the quotient network (raises
+        ``devices.replicas.QuotientBroken`` when the phase is not replica-symmetric)."""
+        q = self.quotient
+        reps, nbytes, new = q.reduce(phase.src, phase.dst, routes, total)
+        if len(new):  # first use of these cycles: their quotient capacities
+            self.flows.capacity[new] = self.real_capacity(new) * q.capacity_scale(new)
+        return reps, nbytes
 
     def profile(self, phase: Phase) -> tuple[float, bool, float]:
         """``(bottleneck bytes/s, crosses the network, longest hop latency s)`` of one pair's
@@ -446,10 +519,12 @@ class Fabric:
                                [np.zeros(0, dtype=np.int64)])
         if not len(links):
             return math.inf, False, 0.0
-        # hop latency of the healthy routes (what the library's step latency was measured on)
-        if self._healthy is None:
-            self._healthy = Router(self.topo)
-        hop = max(self.hop_latency(self._healthy.route(int(a), int(b)))
+        # hop latency of the healthy routes (what the library's step latency was measured on):
+        # the run's own routes while nothing has failed (same routes, already computed)
+        healthy = self.router if not self.router.failed_edges else self._healthy
+        if healthy is None:
+            healthy = self._healthy = Router(self.topo)
+        hop = max(self.hop_latency(healthy.route(int(a), int(b)))
                   for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True))
         return float(self.capacity[links].min()), bool(self.network[links].any()), hop
 
@@ -559,4 +634,4 @@ class Fabric:
                    if k not in set(int(i) for i in flows)]
             alpha = max((self.step_latency(r) for r in new + old), default=0.0)
             tr.latency = max(tr.latency, alpha * steps)
-        self.flows.resume(tr, flows, self._ported(routes, src, dst))
+        self.flows.resume(tr, flows, self.with_ports(routes, src, dst))

@@ -155,11 +155,12 @@ class Router:
             down = [dst] if ft.nic_end(dst) == dst else [ft.nic_end(dst), dst]
             mid = [ls]
             if ls != ld:
-                spines = [s for s in ft.spines if self._healthy(ls, s) and self._healthy(s, ld)]
+                spines = (ft.spines if not self._failed else
+                          [s for s in ft.spines if self._healthy(ls, s) and self._healthy(s, ld)])
                 if not spines:
                     return None
                 mid += [spines[kd % len(spines)], ld]
             path = up + mid + down
-        if all(self._healthy(a, b) for a, b in pairwise(path)):
+        if not self._failed or all(self._healthy(a, b) for a, b in pairwise(path)):
             return path
         return None

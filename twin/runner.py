@@ -21,6 +21,7 @@ from devices.fabric import Fabric
 from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
+from devices.replicas import QuotientBroken, quotient_for
 from scenarios.faults import FaultInjector
 from twin import aggregate
 from twin.budget import check_power_samples
@@ -79,10 +80,37 @@ def uses_chaining(scen: Scenario) -> bool:
     return not scen.faults and scen.network.model == "flow" and not scen.simulation.exact
 
 
+def uses_quotient(scen: Scenario) -> bool:
+    """Whether an untraced run may send one representative replica's flows on the quotient
+    network of a replica shift (``devices.replicas``): rank symmetry on, the flow model, no
+    faults of any kind, more than one data-parallel replica. A traced run keeps every flow
+    (a fallback half-way would have written rows twice)."""
+    return (scen.symmetric and scen.network.model == "flow" and not scen.faults
+            and scen.workload.parallelism.dp > 1)
+
+
+def simulate_untraced(model: Model) -> tuple[Engine, Fabric, Executor, list]:
+    """:func:`simulate` without a trace, on the quotient network of a replica shift where
+    :func:`uses_quotient` allows it; a run that meets a phase that is not replica-symmetric
+    (``QuotientBroken``) is simulated again with every flow, and ``fabric.quotient_fallback``
+    says why."""
+    if not uses_quotient(model.scenario):
+        return simulate(model, Recorder())
+    try:
+        return simulate(model, Recorder(), quotient=True)
+    except QuotientBroken as exc:
+        out = simulate(model, Recorder())
+        out[1].quotient_fallback = str(exc)
+        return out
+
+
 def simulate(model: Model, recorder: Recorder, message_sink=None,
-             record_data: bool = False) -> tuple[Engine, Fabric, Executor, list]:
+             record_data: bool = False,
+             quotient: bool = False) -> tuple[Engine, Fabric, Executor, list]:
     """Run the SimPy model to completion; returns engine, fabric, executor (its ``data``: the
-    data path or None) and fault rows. ``record_data`` keeps the data path's load rows."""
+    data path or None) and fault rows. ``record_data`` keeps the data path's load rows;
+    ``quotient`` sends one representative replica's flows where a replica shift is found
+    (``devices.replicas``; the caller handles ``QuotientBroken``)."""
     scen = model.scenario
     lim = scen.simulation.limits
     env = Engine(max_events=lim.max_events, max_time=lim.max_sim_time_s)
@@ -91,6 +119,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                     model=net.model, packet_bytes=net.packet_kib * 1024,
                     retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink,
                     hbm_ports=transfers_capped(scen))
+    if quotient:
+        fabric.set_quotient(quotient_for(model.layout, model.router, fabric))
     rngs = RngStreams(scen.seed)
     sigma = Accelerator.sigma_for_cov(scen.simulation.compute_jitter_cov)
     power = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
@@ -277,7 +307,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
             if hit is not None:
                 return hit
         model = build(scenario)
-        env, fabric, ex, faults = simulate(model, Recorder())
+        env, fabric, ex, faults = simulate_untraced(model)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         _not_aggregated(summary, fallback)
         return RunResult(summary, None, iteration_times(ex))
@@ -331,7 +361,7 @@ def _aggregated(scenario: Scenario, agg: aggregate.Plan,
     capacity = np.zeros(0)
     for mb in agg.counts:
         model = build(aggregate.reduced(scenario, mb))
-        env, fabric, ex, _faults = simulate(model, Recorder())
+        env, fabric, ex, _faults = simulate_untraced(model)
         summaries.append(summarize(model, env, fabric, ex, 0.0))
         link_bytes.append(fabric.link_bytes)
         capacity = fabric.capacity

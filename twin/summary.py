@@ -120,7 +120,13 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "exact_mode": bool(scen.simulation.exact),
         "shortcuts_used": [k for k, used in (
             ("symmetry", model.symmetric), ("chained_transfers", ex.chained),
-            ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0)) if used],
+            ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
+            ("replica_quotient", getattr(fabric, "quotient", None) is not None)) if used],
+        # flows of one replica per orbit on the quotient network (devices.replicas): the
+        # shift's order (flows of the full network per simulated flow), 1 when not used
+        "replica_orbit": (fabric.quotient.order
+                          if getattr(fabric, "quotient", None) is not None else 1),
+        "replica_quotient_fallback": getattr(fabric, "quotient_fallback", None),
         # tensor-parallel collectives costed in closed form (workloads.executor)
         "tp_closed_form_collectives": int(getattr(ex, "closed_form_collectives", 0)),
         "rank_classes": len(sizes),
