@@ -198,3 +198,58 @@ def test_a_run_that_breaks_the_quotient_is_simulated_again_with_every_flow(monke
     assert got["replica_orbit"] == 1
     assert got["iteration_time_s"] == ref["iteration_time_s"]
     assert got["energy_j"] == ref["energy_j"]
+
+
+def _datasets(path) -> dict[str, np.ndarray]:
+    import h5py
+
+    out: dict[str, np.ndarray] = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def _assert_same_trace(a, b) -> None:
+    da, db = _datasets(a), _datasets(b)
+    assert sorted(da) == sorted(db)
+    for name, x in da.items():
+        y = db[name]
+        if x.dtype.kind in "fc":
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12, err_msg=name)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+def test_a_traced_quotient_run_writes_the_trace_of_every_flow(tmp_path, monkeypatch):
+    d = _variant("full_shard")
+    d["trace"] = {"enabled": True, "tables": ["ops", "messages", "links", "devices"]}
+    scen = load_scenario(d)
+    q = R.run(scen, tmp_path / "quotient.h5")
+    assert q.summary["replica_orbit"] == 2
+    monkeypatch.setattr(R, "uses_quotient", lambda _s: False)
+    full = R.run(scen, tmp_path / "full.h5")
+    assert full.summary["replica_orbit"] == 1
+    _assert_same_trace(q.trace_path, full.trace_path)
+
+
+def test_a_traced_run_that_breaks_the_quotient_starts_its_trace_again(tmp_path, monkeypatch):
+    d = _variant("interleaved")
+    d["trace"] = {"enabled": True, "tables": ["ops", "messages", "links", "devices"]}
+    scen = load_scenario(d)
+    calls = {"n": 0}
+    real = ReplicaQuotient.reduce
+
+    def flaky(self, *a):
+        calls["n"] += 1
+        if calls["n"] > 15:
+            raise QuotientBroken("test: a phase that is not symmetric")
+        return real(self, *a)
+
+    monkeypatch.setattr(ReplicaQuotient, "reduce", flaky)
+    got = R.run(scen, tmp_path / "redone.h5")
+    assert got.summary["replica_quotient_fallback"] == "test: a phase that is not symmetric"
+    assert list(tmp_path.iterdir()) == [tmp_path / "redone.h5"]  # no partial file left
+    monkeypatch.setattr(R, "uses_quotient", lambda _s: False)
+    full = R.run(scen, tmp_path / "full.h5")
+    _assert_same_trace(got.trace_path, full.trace_path)

@@ -192,12 +192,11 @@ def simulate_summary(scen) -> tuple[dict, dict[str, float]]:
     import time
 
     from twin.build import build
-    from twin.kernel.records import Recorder
-    from twin.runner import simulate
+    from twin.runner import simulate_untraced
     from twin.summary import summarize
 
     t0 = time.perf_counter()
     model = build(scen)
-    env, fabric, ex, _ = simulate(model, Recorder())
+    env, fabric, ex, _ = simulate_untraced(model)
     s = summarize(model, env, fabric, ex, time.perf_counter() - t0)
     return s, breakdown(model, s)

@@ -81,10 +81,9 @@ def uses_chaining(scen: Scenario) -> bool:
 
 
 def uses_quotient(scen: Scenario) -> bool:
-    """Whether an untraced run may send one representative replica's flows on the quotient
-    network of a replica shift (``devices.replicas``): rank symmetry on, the flow model, no
-    faults of any kind, more than one data-parallel replica. A traced run keeps every flow
-    (a fallback half-way would have written rows twice)."""
+    """Whether a run may send one representative replica's flows on the quotient network of
+    a replica shift (``devices.replicas``): rank symmetry on, the flow model, no faults of any
+    kind, more than one data-parallel replica."""
     return (scen.symmetric and scen.network.model == "flow" and not scen.faults
             and scen.workload.parallelism.dp > 1)
 
@@ -307,12 +306,32 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
             if hit is not None:
                 return hit
         model = build(scenario)
-        env, fabric, ex, faults = simulate_untraced(model)
+        env, fabric, ex, _faults = simulate_untraced(model)
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         _not_aggregated(summary, fallback)
         return RunResult(summary, None, iteration_times(ex))
     path = check_output(trace_path or scenario.trace_path,
                         "-o" if trace_path else "trace.path", "trace", force=True)
+    model = build(scenario)
+    quotient = uses_quotient(scenario)
+    fallback = None
+    while True:
+        try:
+            summary, out, ex, notes = _traced(scenario, model, path, trace_path, wall0,
+                                              quotient, fallback)
+            break
+        except QuotientBroken as exc:  # the partial trace is gone (TraceWriter.__exit__)
+            quotient, fallback = False, str(exc)
+    return RunResult(summary, out, iteration_times(ex), notes)
+
+
+def _traced(scenario: Scenario, model: Model, path: Path, trace_path, wall0: float,
+            quotient: bool, fallback: str | None
+            ) -> tuple[dict[str, Any], Path, Executor, tuple[str, ...]]:
+    """Simulate ``model`` writing its trace to ``path``; returns the summary, the trace's
+    path, the executor and notes. ``quotient``: on the quotient network of a replica shift
+    (``QuotientBroken`` propagates, and the partial trace is deleted); ``fallback``: why an
+    earlier attempt on it was given up (recorded in the summary)."""
     tables = set(scenario.trace.tables)
     try:
         writer = TraceWriter(path, scenario.trace.compression)
@@ -323,9 +342,9 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
     notes = tuple(f"removed stale partial trace {p} (left by a run that was killed)"
                   for p in writer.stale_removed)
     with writer:
-        model = build(scenario)
         rec = TraceRecorder(writer, tables)
-        env, fabric, ex, faults = simulate(model, rec, rec.message, "data" in tables)
+        env, fabric, ex, faults = simulate(model, rec, rec.message, "data" in tables, quotient)
+        fabric.quotient_fallback = fallback
         summary = summarize(model, env, fabric, ex, time.perf_counter() - wall0)
         _not_aggregated(summary, None)
         _static_tables(writer, tables, model, fabric, ex, env.now, faults)
@@ -340,7 +359,7 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
             "twin_version": __version__, "seed": scenario.seed,
             "scenario": scenario.to_yaml(), "summary": summary, "sources": scenario.sources,
         })
-    return RunResult(summary, out, iteration_times(ex), notes)
+    return summary, out, ex, notes
 
 
 def _not_aggregated(summary: dict[str, Any], fallback: dict[str, Any] | None) -> None:
