@@ -193,14 +193,15 @@ def shift_permutation(device: np.ndarray, dp: int, pp: int, tp: int, k: int) -> 
 
 
 def replica_shift(device: np.ndarray, dp: int, pp: int, tp: int,
-                  probe: Callable[[ReplicaQuotient], bool],
+                  probe: Callable[[ReplicaQuotient], None],
                   make: Callable[[np.ndarray, int, np.ndarray], ReplicaQuotient]
                   ) -> ReplicaQuotient | None:
     """The quotient of the smallest replica shift ``k`` (``k`` divides ``dp``, ``k < dp``)
     that passes ``probe`` (a trial reduction of sample phases), or None.
 
-    ``make(sigma, order, domain)`` builds a fresh :class:`ReplicaQuotient`; ``probe(q)`` returns
-    whether sample phases reduce without :class:`QuotientBroken` (it may raise it)."""
+    ``make(sigma, order, domain)`` builds a fresh :class:`ReplicaQuotient`; ``probe(q)`` raises
+    :class:`QuotientBroken` when the sample does not reduce. The quotient returned is a fresh
+    one: the trial's cycles were never given quotient capacities."""
     per = pp * tp
     for k in range(1, dp // 2 + 1):
         if dp % k:
@@ -208,12 +209,11 @@ def replica_shift(device: np.ndarray, dp: int, pp: int, tp: int,
         sigma = shift_permutation(device, dp, pp, tp, k)
         domain = np.zeros(len(device), dtype=bool)
         domain[device[: k * per]] = True
-        q = make(sigma, dp // k, domain)
         try:
-            if probe(q):
-                return make(sigma, dp // k, domain)
+            probe(make(sigma, dp // k, domain))
         except QuotientBroken:
             continue
+        return make(sigma, dp // k, domain)
     return None
 
 
@@ -236,7 +236,7 @@ def quotient_for(layout, router, fabric) -> ReplicaQuotient | None:
             pairs += list(pairwise([*ring, ring[0]]))
     n_links = len(fabric.capacity) + (len(fabric.port_capacity) if fabric.ports else 0)
 
-    def probe(q: ReplicaQuotient) -> bool:
+    def probe(q: ReplicaQuotient) -> None:
         closed, frontier = set(pairs), list(pairs)
         while frontier:  # close the sample under the shift
             nxt = [(int(q.sigma[a]), int(q.sigma[b])) for a, b in frontier]
@@ -244,10 +244,9 @@ def quotient_for(layout, router, fabric) -> ReplicaQuotient | None:
             closed.update(frontier)
         src, dst = (np.array(x, dtype=np.int64) for x in zip(*sorted(closed), strict=True))
         routes = fabric.with_ports([router.route(int(a), int(b)) for a, b in
-                                 zip(src.tolist(), dst.tolist(), strict=True)],
-                                src.tolist(), dst.tolist())
+                                    zip(src.tolist(), dst.tolist(), strict=True)],
+                                   src.tolist(), dst.tolist())
         q.reduce(src, dst, routes, np.ones(len(src)))
-        return True
 
     return replica_shift(dev, lay.dp, lay.pp, lay.tp, probe, lambda sigma, order, domain:
                          ReplicaQuotient(sigma, order, domain, fabric.real_capacity, n_links))

@@ -313,15 +313,12 @@ def run(scenario: Scenario, trace_path: str | Path | None = None) -> RunResult:
     path = check_output(trace_path or scenario.trace_path,
                         "-o" if trace_path else "trace.path", "trace", force=True)
     model = build(scenario)
-    quotient = uses_quotient(scenario)
-    fallback = None
-    while True:
-        try:
-            summary, out, ex, notes = _traced(scenario, model, path, trace_path, wall0,
-                                              quotient, fallback)
-            break
-        except QuotientBroken as exc:  # the partial trace is gone (TraceWriter.__exit__)
-            quotient, fallback = False, str(exc)
+    try:
+        summary, out, ex, notes = _traced(scenario, model, path, trace_path, wall0,
+                                          uses_quotient(scenario), None)
+    except QuotientBroken as exc:  # the partial trace is gone (TraceWriter.__exit__)
+        summary, out, ex, notes = _traced(scenario, model, path, trace_path, wall0, False,
+                                          str(exc))
     return RunResult(summary, out, iteration_times(ex), notes)
 
 
