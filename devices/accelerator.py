@@ -331,7 +331,7 @@ class Accelerator:
 
     def compute(self, block, iteration: int, mb: int, chunk: int, layer: int):
         """Process body: run ``block`` (a ``workloads.transformer.Block``) to completion."""
-        env, st = self.env, self.stats
+        env = self.env
         t0 = env.now
         if t0 > self.last_t:
             self._idle_to(t0)
@@ -348,18 +348,69 @@ class Accelerator:
             first = self.streams.price(self, block, ps)
             c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
         else:
-            ms = self.mem_scale
-            if self.memory is not None:  # HBM contention with the transfers in flight now
-                ms *= self.memory.draw_block(block, self.transfers, self.memory_rng, self.n)
-            key = (id(block), ps, ms)
-            c = self._costs.get(key)
-            if c is None:
-                c = self._costs[key] = self._block(block, ps, ms)
+            c = self._cost(block, ps)
+        dur, flops, e_dyn, e_mem, p_static, p_chip, p_board = self._price(c)
+        self._busy = (t0, p_board)
+        if first is None:
+            yield env.timeout(dur)
+        else:  # a fluid job: re-priced whenever the streams beside it change
+            stretch = dur / c[0] if c[0] > 0 else 1.0
+            d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
+                                                                       first)
+            e_act = e_dyn + e_mem
+            p_chip = e_act / d + p_static if d > 0 else p_static
+            p_board = self.reg.input_power(p_chip)
+        self._busy = None
+        self._account(block, t0, env.now, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
+                      iteration, mb, chunk, layer)
+
+    def run_at(self, block, t0: float, iteration: int, mb: int, chunk: int,
+               layer: int) -> float | None:
+        """Run ``block`` from ``t0`` (s, not before the clock) without waiting for the clock:
+        the same accounting :meth:`compute` does, at once; returns the block's end, s. None
+        (and nothing done beyond the idle time up to ``t0``) when the block needs the clock:
+        a P-state change or transition, a throttle decision due, or an HBM model or shared
+        streams that price it from what runs beside it. Only for runs in which nothing
+        else reads or changes this agent while the block would run (``Executor``'s
+        ``fuse``: no power manager, no faults, no trace); the result is bit-identical to
+        :meth:`compute` started at ``t0``."""
+        if self.streams is not None or self.memory is not None:
+            return None
+        if t0 > self.last_t:
+            self._idle_to(t0)
+        self._started = True
+        if self._throttle and t0 >= self._next_throttle_t:
+            return None
+        ps = self._target()
+        if ps != self.ps or self._tr_end > t0:
+            return None
+        dur, flops, e_dyn, e_mem, p_static, p_chip, p_board = self._price(self._cost(block, ps))
+        t1 = t0 + dur  # what the clock reads after a timeout of dur started at t0
+        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
+                      iteration, mb, chunk, layer)
+        return t1
+
+    def _cost(self, block, ps: int) -> tuple:
+        """(duration s, FLOPs, dynamic J, HBM J, block) of ``block`` at P-state ``ps`` with the
+        memory time as it is now (cached per block, state and memory factor)."""
+        ms = self.mem_scale
+        if self.memory is not None:  # HBM contention with the transfers in flight now
+            ms *= self.memory.draw_block(block, self.transfers, self.memory_rng, self.n)
+        key = (id(block), ps, ms)
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = self._block(block, ps, ms)
+        return c
+
+    def _price(self, c: tuple) -> tuple[float, float, float, float, float, float, float]:
+        """Duration (straggler and jitter factors applied, duty-cycled down to the power cap)
+        and power of a block of cost ``c`` at the current temperature: (duration s, FLOPs,
+        dynamic J, HBM J, static W, chip W, board W)."""
         dur, flops, e_dyn, e_mem, _ = c
         dur *= self.slowdown
         if self.jitter_sigma > 0:
             dur *= self._jitter()
-        leak = self._leak_w[ps]
+        leak = self._leak_w[self.ps]
         if self._leak_k:
             leak *= math.exp(self._leak_k * (self.temp_c - self._leak_ref))
         p_static = self._base + leak
@@ -372,22 +423,17 @@ class Accelerator:
             chip_cap = self._chip_cap
             if chip_cap > p_static:  # duty-cycle the block down to the cap
                 new = e_act / (chip_cap - p_static)
-                st.cap_stretch_s += new - dur
+                self.stats.cap_stretch_s += new - dur
                 dur = new
                 p_chip = e_act / dur + p_static
                 p_board = self.reg.input_power(p_chip)
-        self._busy = (t0, p_board)
-        if first is None:
-            yield env.timeout(dur)
-        else:  # a fluid job: re-priced whenever the streams beside it change
-            stretch = dur / c[0] if c[0] > 0 else 1.0
-            d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
-                                                                       first)
-            e_act = e_dyn + e_mem
-            p_chip = e_act / d + p_static if d > 0 else p_static
-            p_board = self.reg.input_power(p_chip)
-        self._busy = None
-        t1 = env.now
+        return dur, flops, e_dyn, e_mem, p_static, p_chip, p_board
+
+    def _account(self, block, t0: float, t1: float, flops: float, e_dyn: float, e_mem: float,
+                 p_static: float, p_chip: float, p_board: float, ps: int, iteration: int,
+                 mb: int, chunk: int, layer: int) -> None:
+        """Book a block that ran from ``t0`` to ``t1`` (s): stats, power segment, trace op."""
+        st = self.stats
         d = t1 - t0
         st.compute_s += d
         st.gemm_flops += flops

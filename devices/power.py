@@ -407,10 +407,13 @@ class PowerSetup:
         # warm die: mean dynamic chip power of each stage's compute blocks at the top clock
         self._warm_w: dict[int, float] = {}
         if spec.thermal.initial == "warm":
+            costs: dict[int, object] = {}  # a stage's program repeats a few Block objects
             for s, blocks in stage_blocks.items():
                 busy = e_act = 0.0
                 for b in blocks:
-                    c = compute.block_cost(b)
+                    c = costs.get(id(b))
+                    if c is None:
+                        c = costs[id(b)] = compute.block_cost(b)
                     busy += c.duration_s
                     e_act += c.compute_j + c.memory_j
                 if busy > 0:

@@ -39,6 +39,7 @@ class Router:
         self.topo = topo
         self._cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._failed: set[tuple[int, int]] = set()
+        self._frozen: frozenset[tuple[int, int]] = frozenset()  # _failed, for cache keys
         self._degraded: nx.Graph | None = None
         self._grid = topo.dims is not None
         self._strides = [1]
@@ -48,8 +49,9 @@ class Router:
     # -- failures ---------------------------------------------------------------------------
     @property
     def failed_edges(self) -> frozenset[tuple[int, int]]:
-        """Failed undirected edges as sorted (u, v) pairs."""
-        return frozenset(self._failed)
+        """Failed undirected edges as sorted (u, v) pairs (rebuilt only when they change:
+        the fabric's plan caches read it at every transfer)."""
+        return self._frozen
 
     def fail_edge(self, u: int, v: int) -> None:
         """Mark edge {u, v} failed; later routes avoid it."""
@@ -63,6 +65,7 @@ class Router:
 
     def _invalidate(self) -> None:
         self._cache.clear()
+        self._frozen = frozenset(self._failed)
         g = self.topo.graph.copy()
         g.remove_edges_from(self._failed)
         self._degraded = g if self._failed else None

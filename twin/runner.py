@@ -80,6 +80,17 @@ def uses_chaining(scen: Scenario) -> bool:
     return not scen.faults and scen.network.model == "flow" and not scen.simulation.exact
 
 
+def uses_fusion(scen: Scenario, recorder: Recorder) -> bool:
+    """Whether agents may run compute blocks and closed-form TP collectives ahead of the clock
+    (``Executor``'s ``fuse``; bit-identical results, fewer events): chained transfers, and
+    nothing that reads or changes a device between its own instructions (no power manager, no
+    data path, no communication energy booked onto the devices by other streams) and no
+    trace (whose op rows would come out in another order)."""
+    return (uses_chaining(scen) and scen.power.manager.budget_w is None
+            and not scen.data.enabled and not scen.power.communication_energy
+            and type(recorder) is Recorder)
+
+
 def uses_quotient(scen: Scenario) -> bool:
     """Whether a run may send one representative replica's flows on the quotient network of
     a replica shift (``devices.replicas``): rank symmetry on, the flow model, no faults of any
@@ -147,7 +158,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                         scen.workload.iterations, recorder, job=job,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
                         streams=streams, comm_energy=_comm_energy(scen),
-                        closed_form=uses_chaining(scen))
+                        closed_form=uses_chaining(scen),
+                        fuse=uses_fusion(scen, recorder))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block

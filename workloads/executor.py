@@ -55,6 +55,7 @@ from workloads.schedules import (
     SH_WAIT,
     TP,
 )
+from workloads.tp_isolation import isolated_tp_groups
 from workloads.transformer import Block
 
 TPO = 100  # fused (TP before, COMPUTE, TP after) instruction of tensor-parallel overlap
@@ -103,6 +104,12 @@ class Executor:
         closed_form: cost tensor-parallel collectives whose links no other traffic can use
             in closed form (``Fabric.start_closed``) instead of flow transfers; only for
             runs that nothing can abort or cut off (see :meth:`tp_closed_form_groups`).
+        fuse: let an agent run its compute blocks and closed-form TP collectives ahead of
+            the clock, one timeout for a run of them (``Accelerator.run_at``,
+            ``Fabric.run_closed``), where the result is bit-identical: only for runs in which
+            nothing outside the agent reads or changes its device or those collectives' links
+            in between (no faults, no power manager, no trace; ``Executor`` further requires
+            no fault hook, no shared device streams and no bubble down-clocking of TP waits).
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
@@ -110,7 +117,8 @@ class Executor:
                  accelerators: list[Accelerator], iterations: int, recorder: Recorder,
                  job=None, before_block: Callable[[int], None] | None = None,
                  chained: bool = False, data=None, overlap: OverlapSpec | None = None,
-                 streams: list | None = None, comm_energy=None, closed_form: bool = False):
+                 streams: list | None = None, comm_energy=None, closed_form: bool = False,
+                 fuse: bool = False):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -136,6 +144,9 @@ class Executor:
         self.closed_form = closed_form and fabric.model == "flow"
         self._closed_groups: set[tuple[int, ...]] | None = None  # see tp_closed_form_groups
         self.closed_form_collectives = 0  # TP collectives costed in closed form
+        self.fuse = fuse and chained and streams is None
+        self.fused_ops = 0  # compute blocks and TP collectives run ahead of the clock
+        self._tp_at_cache: dict[tuple, tuple] = {}  # see _tp_at (nothing fails in these runs)
         self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
         self._fifos: dict[tuple[int, int], _Fifo] = {}
@@ -164,6 +175,9 @@ class Executor:
         busy, hook, job = self._busy, self.before_block, self.job
         ov = self.overlap
         dp_tails: list[simpy.Event | None] = [None] * ov.dp_streams
+        # run ahead of the clock (see ``fuse``): ``ahead`` is the local time, None in step
+        fuse = self.fuse and hook is None and not (acc._bubble and "tp" in acc._wait_kinds)
+        ahead: float | None = None
         for it in range(start, self.iterations):
             dp_tails[:] = [None] * ov.dp_streams
             serial: list[tuple[int, float]] = []  # buckets of dp_buckets: false
@@ -172,6 +186,15 @@ class Executor:
             gathers: dict = {}
             for ins in prog:
                 op = ins[0]
+                if fuse:
+                    t1 = self._run_ahead(cls, it, ins, blocks, env.now if ahead is None
+                                         else ahead)
+                    if t1 is not None:
+                        ahead = t1
+                        continue
+                    if ahead is not None:  # rejoin the clock where the run ahead ended
+                        yield env.timeout_at(ahead)
+                        ahead = None
                 if op == COMPUTE:
                     if hook is not None:
                         hook(cls)
@@ -265,6 +288,9 @@ class Executor:
                         st.data_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "data_wait", "data_wait", ins[1], -1, -1, t0,
                                env.now, 0.0)
+            if ahead is not None:
+                yield env.timeout_at(ahead)
+                ahead = None
             st.iteration_end.append(env.now)
             if job is not None and job.due(it):
                 t0 = env.now
@@ -274,6 +300,49 @@ class Executor:
         self._finished += 1
         if self._finished == len(self.stats):
             self.done.succeed()
+
+    def _run_ahead(self, cls: int, it: int, ins: tuple, blocks: dict[str, Block],
+                   t: float) -> float | None:
+        """Run instruction ``ins`` of ``cls`` from the local time ``t`` without the clock,
+        if it is a compute block or a closed-form TP collective that may (see ``fuse``);
+        returns its end, s, or None: the instruction needs the clock."""
+        op = ins[0]
+        if op == COMPUTE:
+            t1 = self.accelerators[cls].run_at(blocks[ins[1]], t, it, ins[2], ins[3], ins[4])
+        elif op == TP:
+            t1 = self._tp_at(cls, ins[1], ins[2], t)
+            if t1 is not None:
+                self.stats[cls].tp_s += t1 - t
+                self.recorder.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t, t1, 0.0)
+        else:
+            return None
+        if t1 is not None:
+            self.fused_ops += 1
+        return t1
+
+    def _tp_at(self, cls: int, algo: str, nbytes: float, t: float) -> float | None:
+        """A single-class TP collective from the local time ``t`` in closed form
+        (``Fabric.run_closed``), as :meth:`_collective` would run it with the clock; its end,
+        s, or None when it does not qualify for the closed form."""
+        key = (cls, algo, nbytes)
+        hit = self._tp_at_cache.get(key)
+        if hit is None:
+            gids, parts = self._groups("tp", cls)
+            phases = None
+            if len(parts) == 1:
+                phases = self._phases("tp", parts, gids, algo, nbytes)
+                if not self._closed("tp", parts, phases):
+                    phases = None
+            hit = self._tp_at_cache[key] = (parts, phases)
+        parts, phases = hit
+        if phases is None:
+            return None
+        self.closed_form_collectives += 1
+        t1 = self.fabric.run_closed(phases, t, f"tp_{algo}", cls)
+        if self.comm_energy is not None:
+            self._comm_energy(parts, phases, t, "tp" if self.overlap.tp_comm else "tp_blocking",
+                              t1)
+        return t1
 
     def _blocked(self, cls: int, kind: str, ev: simpy.Event):
         """Process body: the compute stream of ``cls`` waits for ``ev`` (a wait of ``kind``,
@@ -508,77 +577,17 @@ class Executor:
         return parts in self._closed_groups and all(
             self.fabric.closed_form(ph) is not None for ph in phases)
 
-    def _kind_links(self, kind: str, gids, mark: np.ndarray) -> None:
-        """Set ``mark`` on every link a ``kind`` collective over groups ``gids`` may route
-        over, for every operation (all phases of all, with the configured algorithm)."""
-        groups = np.stack([self.layout.group_devices(kind, int(g)) for g in gids])
-        if groups.shape[1] < 2:
-            return
-        algorithm = self.layout.algorithm(kind)
-        route = self.fabric.router.route
-        seen: set[tuple[int, int]] = set()
-        for op in collectives.OPS:
-            for ph in collectives.collective_phases(op, algorithm, groups, 1.0,
-                                                    self.layout.topo):
-                for a, b in zip(ph.src.tolist(), ph.dst.tolist(), strict=True):
-                    if (a, b) not in seen:
-                        seen.add((a, b))
-                        mark[list(route(a, b))] = True
-
     def tp_closed_form_groups(self) -> set[tuple[int, ...]]:
-        """The TP collectives (by their participating classes) that no other traffic can
-        share a link with, so that the flow engine would give them exactly their
-        uncontended cost: a static check over every route the run can take.
-
-        A TP group qualifies when the topology has nodes (``switched``) and all routes of
-        its collectives stay on NVLink / NVSwitch links (no NIC, leaf or spine link), none
-        of which any other transfer may use: no pipeline send (either direction, every
-        rank), no data-parallel, shard or replica collective (every group, every
-        operation) and no other TP group's collective. Collectives of one group never
-        overlap each other (a class issues its TP collectives one at a time: blocking, or
-        on its FIFO TP stream). Empty when the run can be aborted or have links cut (the
-        executor is not ``chained``), in exact mode (the runner passes
-        ``closed_form=False``) and when the fabric has HBM ports (``memory.transfer_cap``:
-        a port's capacity follows the memory mix, so no cost is fixed in advance)."""
-        lay, fab = self.layout, self.fabric
-        if not self.chained or fab.ports or lay.topo.fat_tree is None or lay.tp < 2:
+        """The TP collectives (by their participating classes) whose links no other traffic
+        can use (``workloads.tp_isolation.isolated_tp_groups``); empty when the run can be
+        aborted or have links cut (the executor is not ``chained``). In exact mode the runner
+        passes ``closed_form=False`` and this is never asked."""
+        if not self.chained:
             return set()
-        n = lay.topo.n_links
-        other = np.zeros(n, dtype=bool)
-        dev = lay.device
-        if lay.pp > 1:
-            route = fab.router.route
-            for c in range(len(lay.classes)):
-                for direction in (1, -1):
-                    ranks, peers = lay.peer_ranks(c, direction)
-                    for a, b in zip(dev[ranks].tolist(), dev[peers].tolist(), strict=True):
-                        other[list(route(a, b))] = True
-        for kind in ("dp", "shard", "replica"):
-            self._kind_links(kind, range(lay.n_groups(kind)), other)
-        owner = np.full(n, -1, dtype=np.int64)  # the TP collective (index) using each link
-        clash: set[int] = set()
-        units: list[tuple[tuple[int, ...], np.ndarray]] = []
-        done: set[tuple[int, ...]] = set()
-        for c in range(len(lay.classes)):
-            gids, parts = self._groups("tp", c)
-            if parts in done:
-                continue
-            done.add(parts)
-            mark = np.zeros(n, dtype=bool)
-            self._kind_links("tp", gids, mark)
-            links = np.flatnonzero(mark)
-            i = len(units)
-            prev = owner[links]
-            clash.update(int(j) for j in np.unique(prev[prev >= 0]))
-            if (prev >= 0).any():
-                clash.add(i)
-            owner[links] = i
-            units.append((parts, links))
-        return {parts for i, (parts, links) in enumerate(units)
-                if i not in clash and len(links) and not other[links].any()
-                and not fab.network[links].any()}
+        return isolated_tp_groups(self.layout, self.fabric, lambda c: self._groups("tp", c))
 
-    def _comm_energy(self, classes, phases: list, t0: float, kind: str) -> None:
+    def _comm_energy(self, classes, phases: list, t0: float, kind: str,
+                     t1: float | None = None) -> None:
         """Device energy of a finished collective or send (``power.communication_energy``):
         every byte a phase moves is read from HBM at its sender and written to HBM at its
         receiver, so a device's HBM bytes are ``2 x bytes moved / devices taking part``
@@ -596,7 +605,7 @@ class Executor:
             devs = np.unique(np.concatenate([np.concatenate([p.src, p.dst]) for p in phases]))
             per_dev = self._hbm_bytes[key] = 2.0 * moved / max(len(devs), 1)
         sms = ce.collective_ctas if kind == "tp_blocking" else ce.of(kind)
-        now = self.env.now
+        now = self.env.now if t1 is None else t1
         for c in classes:
             self.accelerators[c].communication(t0, now, per_dev, sms, ce.activity)
 

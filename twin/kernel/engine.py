@@ -13,8 +13,10 @@ forever. Both limits are deterministic (counted in events and simulated seconds)
 from __future__ import annotations
 
 import math
+from heapq import heappush
 
 import simpy
+from simpy.core import NORMAL
 
 from twin.kernel.errors import BudgetExceeded, Problem
 
@@ -51,3 +53,17 @@ class Engine(simpy.Environment):
                 "fewer iterations, slower failure processes, or a larger "
                 "simulation.limits.max_sim_time_s")])
         super().step()
+
+    def timeout_at(self, t: float) -> simpy.Event:
+        """An event that fires at the absolute time ``t`` (s, not before now), exactly: a
+        timeout of ``t - now`` lands on ``now + (t - now)``, which may differ from ``t`` in
+        the last bit. For agents that run ahead of the clock on a local one
+        (``workloads.executor``): they rejoin it at the very instant the step-by-step run
+        reaches. Queued as SimPy 4 queues its timeouts (time, priority, id, event)."""
+        if t < self._now:
+            raise ValueError(f"timeout_at({t!r}) is before now ({self._now!r})")
+        ev = simpy.Event(self)
+        ev._ok = True
+        ev._value = None
+        heappush(self._queue, (t, NORMAL, next(self._eid), ev))
+        return ev

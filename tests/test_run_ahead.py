@@ -1,0 +1,127 @@
+"""Agents running ahead of the clock (issue 14, ``run_ahead``).
+
+An agent whose next instructions are compute blocks and closed-form TP collectives that nothing
+outside it can see or change runs them on a local clock and rejoins the SimPy clock with one
+event (``Executor``'s ``fuse``, ``Accelerator.run_at``, ``Fabric.run_closed``,
+``Engine.timeout_at``). The reference is the same model simulated step by step (one event per
+block and per collective, ``twin.runner.uses_fusion`` patched off): every result must be the
+same to the last bit, power segment by power segment, because the same floating-point
+operations run in the same order per agent; only the event count differs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import twin.runner as R
+from twin.build import build
+from twin.kernel.engine import Engine
+from twin.kernel.records import Recorder
+from twin.scenario import load_scenario
+from twin.summary import summarize
+
+_BASE = {
+    "name": "run-ahead",
+    "cluster": {"topology": {"kind": "switched", "shape": [8, 4], "nodes_per_leaf": 2},
+                "device": "h100-sxm", "link": "nvlink4-switch", "links_per_edge": 18,
+                "nic_link": "ib-ndr400-port"},
+    "workload": {"model": "llama3.2-1b", "precision": "bf16", "seq_len": 1024,
+                 "global_batch": 16, "micro_batch": 1,
+                 "parallelism": {"dp": 2, "tp": 8, "pp": 2}, "schedule": "interleaved",
+                 "virtual_stages": 2, "iterations": 2},
+    "trace": {"enabled": False},
+}
+
+
+def _variant(name: str) -> dict:
+    d = copy.deepcopy(_BASE)
+    if name == "throttled":  # a die at the limit in hot air: the throttle steps mid-run
+        d["power"] = {"thermal": {"ambient_c": 45.0, "initial_c": 90.0,
+                                  "throttle_interval_s": 0.01}}
+    elif name == "capped":  # blocks duty-cycled down to the board cap
+        d["power"] = {"cap_w": 450.0}
+    elif name == "stage_clocks":  # a clock per stage, bubbles down-clocked (not TP waits)
+        d["power"] = {"dvfs": {"policy": "stage_plan", "bubble_downclock": True,
+                               "wait_kinds": ["recv", "dp_wait"]}}
+    elif name == "jitter":  # no symmetry: TP collectives rendezvous, blocks run ahead alone
+        d["simulation"] = {"compute_jitter_cov": 0.2}
+    elif name == "torus":  # no closed-form TP (no nodes): compute blocks only
+        d["cluster"] = {"topology": {"kind": "torus2d", "shape": [4, 8]}, "device": "h100-sxm",
+                        "link": "nvlink4-switch"}
+    return d
+
+
+def _both(d: dict, monkeypatch) -> dict:
+    model = build(load_scenario(d))
+    out = {}
+    for fuse in (True, False):
+        with monkeypatch.context() as m:
+            if not fuse:
+                m.setattr(R, "uses_fusion", lambda scen, rec: False)
+            env, fab, ex, _ = R.simulate(model, Recorder())
+        out[fuse] = (summarize(model, env, fab, ex, 0.0), fab, ex)
+    return out
+
+
+@pytest.mark.parametrize("name", ["interleaved", "throttled", "capped", "stage_clocks",
+                                  "jitter", "torus"])
+def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch):
+    out = _both(_variant(name), monkeypatch)
+    (sa, fa, xa), (ss, fs, xs) = out[True], out[False]
+    assert "run_ahead" in sa["shortcuts_used"] and sa["run_ahead_ops"] > 0
+    assert "run_ahead" not in ss["shortcuts_used"] and ss["run_ahead_ops"] == 0
+    assert sa["events"] < ss["events"]
+    if name == "throttled":
+        assert ss["throttle_steps"] > 0  # the bail-out to the clock was exercised
+    if name in ("interleaved", "capped"):
+        assert sa["tp_closed_form_collectives"] == ss["tp_closed_form_collectives"] > 0
+    for key in ("iteration_time_s", "makespan_s", "energy_j", "energy_breakdown_j",
+                "max_temperature_c", "peak_power_w", "link_bytes", "tp_comm_time_per_device_s",
+                "pipeline_wait_per_device_s", "throttle_steps", "cap_stretch_s"):
+        if key in ss:
+            assert sa[key] == ss[key], key
+    np.testing.assert_array_equal(fa.bytes_sent, fs.bytes_sent)
+    np.testing.assert_array_equal(fa.bytes_received, fs.bytes_received)
+    np.testing.assert_array_equal(fa.link_bytes, fs.link_bytes)
+    np.testing.assert_array_equal(fa.link_busy_s, fs.link_busy_s)
+    for a, b in zip(xa.accelerators, xs.accelerators, strict=True):
+        np.testing.assert_array_equal(a.power_segments(), b.power_segments())
+    for a, b in zip(xa.stats, xs.stats, strict=True):
+        assert a == b
+
+
+def test_nothing_runs_ahead_where_something_watches_the_devices(monkeypatch):
+    d = _variant("interleaved")
+    d["power"] = {"manager": {"budget_w": 20000.0}}  # reads every device's energy as it goes
+    s = R.run(load_scenario(d)).summary
+    assert "run_ahead" not in s["shortcuts_used"] and s["run_ahead_ops"] == 0
+    d = _variant("interleaved")
+    d["simulation"] = {"exact": True}
+    s = R.run(load_scenario(d)).summary
+    assert s["run_ahead_ops"] == 0
+
+
+def test_timeout_at_fires_at_the_absolute_time_not_now_plus_the_difference():
+    # pairs where now + (t - now) rounds away from t: a timeout would miss t by an ulp
+    grid = [(i / 7, j * 1.37) for i in range(1, 30) for j in range(1, 30)]
+    pairs = [(a, b) for a, b in grid if b > a and a + (b - a) != b]
+    assert pairs
+    for now, t in pairs:
+        env = Engine()
+        seen = []
+
+        def proc(now=now, t=t, env=env, seen=seen):
+            yield env.timeout(now)
+            yield env.timeout_at(t)
+            seen.append(env.now)
+
+        env.process(proc())
+        env.run()
+        assert seen == [t]
+    env = Engine()
+    env.run(until=1.0)
+    with pytest.raises(ValueError):
+        env.timeout_at(0.5)

@@ -1,0 +1,98 @@
+"""Which tensor-parallel groups no other traffic can touch (issue 14, ``tp_closed_form``).
+
+A TP collective may be costed in closed form (``devices.fabric.Fabric.start_closed``) only when
+the flow engine would give it exactly its uncontended cost, i.e. when no other transfer of the
+run can share one of its links while it runs. This is a static check over every route the run
+can take: the links of every pipeline send (every rank, both directions), every data-parallel,
+shard and replica collective (every group, every operation, the configured algorithm) and
+every TP group's collectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from workloads import collectives
+from workloads.parallel import Layout
+
+
+def kind_links(layout: Layout, route: Callable[[int, int], tuple[int, ...]], kind: str,
+               gids: Iterable[int], mark: np.ndarray) -> None:
+    """Set ``mark`` on every link a ``kind`` collective over groups ``gids`` may route over,
+    for every operation (all phases of all, with the configured algorithm)."""
+    groups = np.stack([layout.group_devices(kind, int(g)) for g in gids])
+    if groups.shape[1] < 2:
+        return
+    algorithm = layout.algorithm(kind)
+    seen: set[tuple[int, int]] = set()
+    ids: list[int] = []
+    for op in collectives.OPS:
+        for ph in collectives.collective_phases(op, algorithm, groups, 1.0, layout.topo):
+            for pair in zip(ph.src.tolist(), ph.dst.tolist(), strict=True):
+                if pair not in seen:
+                    seen.add(pair)
+                    ids.extend(route(*pair))
+    mark[ids] = True
+
+
+def isolated_tp_groups(layout: Layout, fabric,
+                       tp_groups: Callable[[int], tuple[np.ndarray, tuple[int, ...]]]
+                       ) -> set[tuple[int, ...]]:
+    """The TP collectives (by their participating classes) that no other traffic can share a
+    link with, so that the flow engine would give them exactly their uncontended cost.
+
+    A TP group qualifies when the topology has nodes (``switched``) and all routes of its
+    collectives stay on NVLink / NVSwitch links (no NIC, leaf or spine link), none of which
+    any other transfer may use: no pipeline send (either direction, every rank), no
+    data-parallel, shard or replica collective (every group, every operation) and no other TP
+    group's collective. Collectives of one group never overlap each other (a class issues its
+    TP collectives one at a time: blocking, or on its FIFO TP stream). Empty when the fabric
+    has HBM ports (``memory.transfer_cap``: a port's capacity follows the memory mix, so no
+    cost is fixed in advance).
+
+    Args:
+        layout: ranks, groups and classes of the run.
+        fabric: its ``devices.fabric.Fabric`` (router, ports, network-link mask).
+        tp_groups: class -> (its TP group ids, the classes taking part in its collectives).
+    """
+    lay, fab = layout, fabric
+    if fab.ports or lay.topo.fat_tree is None or lay.tp < 2:
+        return set()
+    n = lay.topo.n_links
+    other = np.zeros(n, dtype=bool)
+    dev = lay.device
+    route = fab.router.route
+    if lay.pp > 1:
+        ids: list[int] = []
+        for c in range(len(lay.classes)):
+            for direction in (1, -1):
+                ranks, peers = lay.peer_ranks(c, direction)
+                for a, b in zip(dev[ranks].tolist(), dev[peers].tolist(), strict=True):
+                    ids.extend(route(a, b))
+        other[ids] = True
+    for kind in ("dp", "shard", "replica"):
+        kind_links(lay, route, kind, range(lay.n_groups(kind)), other)
+    owner = np.full(n, -1, dtype=np.int64)  # the TP collective (index) using each link
+    clash: set[int] = set()
+    units: list[tuple[tuple[int, ...], np.ndarray]] = []
+    done: set[tuple[int, ...]] = set()
+    for c in range(len(lay.classes)):
+        gids, parts = tp_groups(c)
+        if parts in done:
+            continue
+        done.add(parts)
+        mark = np.zeros(n, dtype=bool)
+        kind_links(lay, route, "tp", gids, mark)
+        links = np.flatnonzero(mark)
+        i = len(units)
+        prev = owner[links]
+        clash.update(int(j) for j in np.unique(prev[prev >= 0]))
+        if (prev >= 0).any():
+            clash.add(i)
+        owner[links] = i
+        units.append((parts, links))
+    return {parts for i, (parts, links) in enumerate(units)
+            if i not in clash and len(links) and not other[links].any()
+            and not fab.network[links].any()}
