@@ -48,6 +48,8 @@ def _variant(name: str) -> dict:
                                "wait_kinds": ["recv", "dp_wait"]}}
     elif name == "jitter":  # no symmetry: TP collectives rendezvous, blocks run ahead alone
         d["simulation"] = {"compute_jitter_cov": 0.2}
+    elif name == "checkpoints":  # every class meets at a checkpoint after each iteration
+        d["job"] = {"checkpoint_interval_iterations": 1, "checkpoint_write_s": 0.01}
     elif name == "torus":  # no closed-form TP (no nodes): compute blocks only
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [4, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
@@ -67,7 +69,7 @@ def _both(d: dict, monkeypatch) -> dict:
 
 
 @pytest.mark.parametrize("name", ["interleaved", "throttled", "capped", "stage_clocks",
-                                  "jitter", "torus"])
+                                  "jitter", "checkpoints", "torus"])
 def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch):
     out = _both(_variant(name), monkeypatch)
     (sa, fa, xa), (ss, fs, xs) = out[True], out[False]
@@ -76,11 +78,14 @@ def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch)
     assert sa["events"] < ss["events"]
     if name == "throttled":
         assert ss["throttle_steps"] > 0  # the bail-out to the clock was exercised
+    if name == "checkpoints":
+        assert ss["checkpoints"] == 2
     if name in ("interleaved", "capped"):
         assert sa["tp_closed_form_collectives"] == ss["tp_closed_form_collectives"] > 0
     for key in ("iteration_time_s", "makespan_s", "energy_j", "energy_breakdown_j",
                 "max_temperature_c", "peak_power_w", "link_bytes", "tp_comm_time_per_device_s",
-                "pipeline_wait_per_device_s", "throttle_steps", "cap_stretch_s"):
+                "pipeline_wait_per_device_s", "throttle_steps", "cap_stretch_s",
+                "checkpoints", "checkpoint_time_s", "iteration_time_p99_s"):
         if key in ss:
             assert sa[key] == ss[key], key
     np.testing.assert_array_equal(fa.bytes_sent, fs.bytes_sent)
