@@ -492,6 +492,11 @@ class Accelerator:
             self.thermal_ps -= 1
 
     # ------------------------------------------------------------------ hooks
+    def downclocks(self, kind: str) -> bool:
+        """Whether waits of ``kind`` (``tp``, ``recv``, ...) may change the clock (bubble-aware
+        down-clocking): such a wait needs the simulation clock."""
+        return self._bubble and kind in self._wait_kinds
+
     def wait_start(self, kind: str) -> None:
         """The compute stream starts waiting (``tp``, ``recv``, ``dp_wait``)."""
         if not self._bubble or kind not in self._wait_kinds:

@@ -103,6 +103,10 @@ def test_nothing_runs_ahead_where_something_watches_the_devices(monkeypatch):
     d["power"] = {"manager": {"budget_w": 20000.0}}  # reads every device's energy as it goes
     s = R.run(load_scenario(d)).summary
     assert "run_ahead" not in s["shortcuts_used"] and s["run_ahead_ops"] == 0
+    d = _variant("interleaved")  # TP waits that down-clock need the clock at every TP op
+    d["power"] = {"dvfs": {"bubble_downclock": True, "wait_kinds": ["tp", "recv"]}}
+    s = R.run(load_scenario(d)).summary
+    assert s["run_ahead_ops"] == 0 and s["tp_closed_form_collectives"] > 0
     d = _variant("interleaved")
     d["simulation"] = {"exact": True}
     s = R.run(load_scenario(d)).summary

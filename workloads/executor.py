@@ -176,7 +176,7 @@ class Executor:
         ov = self.overlap
         dp_tails: list[simpy.Event | None] = [None] * ov.dp_streams
         # run ahead of the clock (see ``fuse``): ``ahead`` is the local time, None in step
-        fuse = self.fuse and hook is None and not (acc._bubble and "tp" in acc._wait_kinds)
+        fuse = self.fuse and hook is None and not acc.downclocks("tp")
         ahead: float | None = None
         for it in range(start, self.iterations):
             dp_tails[:] = [None] * ov.dp_streams
