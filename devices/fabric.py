@@ -178,6 +178,7 @@ class Fabric:
         self.quotient_fallback: str | None = None  # why a quotient run was redone in full
         self._closed_done: dict[Phase, int] = {}  # executions of each closed-form phase
         self._bundles: dict[int, tuple] = {}  # see _closed_bundle
+        self._profiles: dict[tuple, tuple[float, bool, float]] = {}  # see profile
 
     # ----------------------------------------------------------------- accounting
     def _flow_counter(self, counter: np.ndarray, ids: np.ndarray, weighted: bool) -> np.ndarray:
@@ -543,7 +544,16 @@ class Fabric:
         """``(bottleneck bytes/s, crosses the network, longest hop latency s)`` of one pair's
         transfer in ``phase`` alone on its routes: the slowest link capacity on any pair's
         route, whether some route uses an InfiniBand / Ethernet link, and the largest sum of
-        hop latencies over its routes. ``(inf, False, 0)`` when there is no route."""
+        hop latencies over its routes. ``(inf, False, 0)`` when there is no route. A function
+        of the phase's pairs and the failed edges only (not of its bytes or steps): cached so,
+        since a group's collectives of every size share their pairs."""
+        key = (phase.src.tobytes(), phase.dst.tobytes(), self.router.failed_edges)
+        hit = self._profiles.get(key)
+        if hit is None:
+            hit = self._profiles[key] = self._profile(phase)
+        return hit
+
+    def _profile(self, phase: Phase) -> tuple[float, bool, float]:
         plan = self._plan(phase)
         if plan is None or not plan[0]:
             return math.inf, False, 0.0

@@ -93,3 +93,36 @@ def test_alpha_beta_closed_form_at_large_messages():
     n = 16 * 2.0 ** 30
     t, bus = twin_time("allreduce", n)
     assert t == pytest.approx(2 * 7 / 8 * n / bus, rel=1e-3)
+
+
+def test_tuning_reuses_a_groups_profile_across_sizes_and_not_across_failures():
+    """``Fabric.profile`` is cached per pair set and failed edges: a collective tuned at many
+    sizes on one fabric gets the phases a fresh fabric gives each size, and after a failure the
+    profile follows the failure (a fresh fabric with the same failure is the reference)."""
+    link = "nvlink4-switch"
+    per_gpu = int(catalog("links").get(link).values["links_per_gpu"])
+    topo = build_topology("switched", (8, 2), link, per_gpu, nic_link="ib-ndr400-port")
+    group = np.array([[0, 1, 2, 3, 8, 9, 10, 11]])
+    specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)
+             for name in topo.link_types()}
+
+    def fabric():
+        return Fabric(Engine(), topo, Router(topo), specs)
+
+    def tuned(fab, n):
+        return nccl.tune_phases("allreduce", collectives.collective_phases(
+            "allreduce", "ring", group, n, topo), n, 8, fab)
+
+    def fields(phases):
+        return [(p.step_latency_s, p.base_latency_s, p.hop_latency_ref_s) for p in phases]
+
+    shared = fabric()
+    for n in (2.0 ** 12, 2.0 ** 20, 2.0 ** 28):
+        assert fields(tuned(shared, n)) == fields(tuned(fabric(), n))
+    assert len(shared._profiles) == 1  # one pair set, three sizes
+    u, v = next((a, b) for a, b in topo.graph.edges() if a < 8 and b >= 16)  # GPU to a switch
+    shared.router.fail_edge(u, v)
+    fresh = fabric()
+    fresh.router.fail_edge(u, v)
+    assert fields(tuned(shared, 2.0 ** 20)) == fields(tuned(fresh, 2.0 ** 20))
+    assert len(shared._profiles) == 2
