@@ -372,7 +372,7 @@ class Accelerator:
         a P-state change or transition, a throttle decision due, or an HBM model or shared
         streams that price it from what runs beside it. Only for runs in which nothing
         else reads or changes this agent while the block would run (``Executor``'s
-        ``fuse``: no power manager, no faults, no trace); the result is bit-identical to
+        ``run_ahead``: no power manager, no faults, no trace); the result is bit-identical to
         :meth:`compute` started at ``t0``."""
         if self.streams is not None or self.memory is not None:
             return None

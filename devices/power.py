@@ -407,7 +407,7 @@ class PowerSetup:
         # warm die: mean dynamic chip power of each stage's compute blocks at the top clock
         self._warm_w: dict[int, float] = {}
         if spec.thermal.initial == "warm":
-            costs: dict[int, object] = {}  # a stage's program repeats a few Block objects
+            costs: dict = {}  # id(block) -> BlockCost: a program repeats a few Block objects
             for s, blocks in stage_blocks.items():
                 busy = e_act = 0.0
                 for b in blocks:

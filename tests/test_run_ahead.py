@@ -2,9 +2,9 @@
 
 An agent whose next instructions are compute blocks and closed-form TP collectives that nothing
 outside it can see or change runs them on a local clock and rejoins the SimPy clock with one
-event (``Executor``'s ``fuse``, ``Accelerator.run_at``, ``Fabric.run_closed``,
+event (``Executor``'s ``run_ahead``, ``Accelerator.run_at``, ``Fabric.run_closed``,
 ``Engine.timeout_at``). The reference is the same model simulated step by step (one event per
-block and per collective, ``twin.runner.uses_fusion`` patched off): every result must be the
+block and per collective, ``twin.runner.uses_run_ahead`` patched off): every result must be the
 same to the last bit, power segment by power segment, because the same floating-point
 operations run in the same order per agent; only the event count differs.
 """
@@ -59,12 +59,12 @@ def _variant(name: str) -> dict:
 def _both(d: dict, monkeypatch) -> dict:
     model = build(load_scenario(d))
     out = {}
-    for fuse in (True, False):
+    for ahead in (True, False):
         with monkeypatch.context() as m:
-            if not fuse:
-                m.setattr(R, "uses_fusion", lambda scen, rec: False)
+            if not ahead:
+                m.setattr(R, "uses_run_ahead", lambda scen, rec: False)
             env, fab, ex, _ = R.simulate(model, Recorder())
-        out[fuse] = (summarize(model, env, fab, ex, 0.0), fab, ex)
+        out[ahead] = (summarize(model, env, fab, ex, 0.0), fab, ex)
     return out
 
 

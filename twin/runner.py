@@ -80,9 +80,9 @@ def uses_chaining(scen: Scenario) -> bool:
     return not scen.faults and scen.network.model == "flow" and not scen.simulation.exact
 
 
-def uses_fusion(scen: Scenario, recorder: Recorder) -> bool:
+def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
     """Whether agents may run compute blocks and closed-form TP collectives ahead of the clock
-    (``Executor``'s ``fuse``; bit-identical results, fewer events): chained transfers, and
+    (``Executor``'s ``run_ahead``; bit-identical results, fewer events): chained transfers, and
     nothing that reads or changes a device between its own instructions (no power manager, no
     data path, no communication energy booked onto the devices by other streams) and no
     trace (whose op rows would come out in another order)."""
@@ -159,7 +159,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
                         streams=streams, comm_energy=_comm_energy(scen),
                         closed_form=uses_chaining(scen),
-                        fuse=uses_fusion(scen, recorder))
+                        run_ahead=uses_run_ahead(scen, recorder))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block

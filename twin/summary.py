@@ -122,7 +122,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
             ("symmetry", model.symmetric), ("chained_transfers", ex.chained),
             ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
-            ("run_ahead", getattr(ex, "fused_ops", 0) > 0)) if used],
+            ("run_ahead", getattr(ex, "run_ahead_ops", 0) > 0)) if used],
         # flows of one replica per orbit on the quotient network (devices.replicas): the
         # shift's order (flows of the full network per simulated flow), 1 when not used
         "replica_orbit": (fabric.quotient.order
@@ -131,8 +131,8 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         # tensor-parallel collectives costed in closed form (workloads.executor)
         "tp_closed_form_collectives": int(getattr(ex, "closed_form_collectives", 0)),
         # compute blocks and TP collectives an agent ran ahead of the clock (one event for a
-        # run of them; workloads.executor ``fuse``)
-        "run_ahead_ops": int(getattr(ex, "fused_ops", 0)),
+        # run of them; workloads.executor ``run_ahead``)
+        "run_ahead_ops": int(getattr(ex, "run_ahead_ops", 0)),
         "rank_classes": len(sizes),
         **_power_keys(model, ex, fabric, breakdown, energy, it_end, makespan, exec_flops, it_time),
         **(mem := _memory_keys(ex)),

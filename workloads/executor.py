@@ -104,7 +104,7 @@ class Executor:
         closed_form: cost tensor-parallel collectives whose links no other traffic can use
             in closed form (``Fabric.start_closed``) instead of flow transfers; only for
             runs that nothing can abort or cut off (see :meth:`tp_closed_form_groups`).
-        fuse: let an agent run its compute blocks and closed-form TP collectives ahead of
+        run_ahead: let an agent run its compute blocks and closed-form TP collectives ahead of
             the clock, one timeout for a run of them (``Accelerator.run_at``,
             ``Fabric.run_closed``), where the result is bit-identical: only for runs in which
             nothing outside the agent reads or changes its device or those collectives' links
@@ -118,7 +118,7 @@ class Executor:
                  job=None, before_block: Callable[[int], None] | None = None,
                  chained: bool = False, data=None, overlap: OverlapSpec | None = None,
                  streams: list | None = None, comm_energy=None, closed_form: bool = False,
-                 fuse: bool = False):
+                 run_ahead: bool = False):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -144,9 +144,9 @@ class Executor:
         self.closed_form = closed_form and fabric.model == "flow"
         self._closed_groups: set[tuple[int, ...]] | None = None  # see tp_closed_form_groups
         self.closed_form_collectives = 0  # TP collectives costed in closed form
-        self.fuse = fuse and chained and streams is None
-        self.fused_ops = 0  # compute blocks and TP collectives run ahead of the clock
-        self._tp_at_cache: dict[tuple, tuple] = {}  # see _tp_at (nothing fails in these runs)
+        self.run_ahead = run_ahead and chained and streams is None
+        self.run_ahead_ops = 0  # compute blocks and TP collectives run ahead of the clock
+        self._tp_plans: dict[tuple, tuple] = {}  # see _tp_plan
         self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
         self._fifos: dict[tuple[int, int], _Fifo] = {}
@@ -175,8 +175,8 @@ class Executor:
         busy, hook, job = self._busy, self.before_block, self.job
         ov = self.overlap
         dp_tails: list[simpy.Event | None] = [None] * ov.dp_streams
-        # run ahead of the clock (see ``fuse``): ``ahead`` is the local time, None in step
-        fuse = self.fuse and hook is None and not acc.downclocks("tp")
+        # run ahead of the clock (see ``run_ahead``): ``ahead`` is the local time, None in step
+        ahead_ok = self.run_ahead and hook is None and not acc.downclocks("tp")
         ahead: float | None = None
         for it in range(start, self.iterations):
             dp_tails[:] = [None] * ov.dp_streams
@@ -186,7 +186,7 @@ class Executor:
             gathers: dict = {}
             for ins in prog:
                 op = ins[0]
-                if fuse:
+                if ahead_ok:
                     t1 = self._run_ahead(cls, it, ins, blocks, env.now if ahead is None
                                          else ahead)
                     if t1 is not None:
@@ -304,7 +304,8 @@ class Executor:
     def _run_ahead(self, cls: int, it: int, ins: tuple, blocks: dict[str, Block],
                    t: float) -> float | None:
         """Run instruction ``ins`` of ``cls`` from the local time ``t`` without the clock,
-        if it is a compute block or a closed-form TP collective that may (see ``fuse``);
+        if it is a compute block or a closed-form TP collective that may (see
+        ``run_ahead``);
         returns its end, s, or None: the instruction needs the clock."""
         op = ins[0]
         if op == COMPUTE:
@@ -317,32 +318,42 @@ class Executor:
         else:
             return None
         if t1 is not None:
-            self.fused_ops += 1
+            self.run_ahead_ops += 1
         return t1
 
     def _tp_at(self, cls: int, algo: str, nbytes: float, t: float) -> float | None:
         """A single-class TP collective from the local time ``t`` in closed form
         (``Fabric.run_closed``), as :meth:`_collective` would run it with the clock; its end,
         s, or None when it does not qualify for the closed form."""
-        key = (cls, algo, nbytes)
-        hit = self._tp_at_cache.get(key)
-        if hit is None:
-            gids, parts = self._groups("tp", cls)
-            phases = None
-            if len(parts) == 1:
-                phases = self._phases("tp", parts, gids, algo, nbytes)
-                if not self._closed("tp", parts, phases):
-                    phases = None
-            hit = self._tp_at_cache[key] = (parts, phases)
-        parts, phases = hit
-        if phases is None:
+        parts, phases, closed = self._tp_plan(cls, algo, nbytes)
+        if not closed:
             return None
         self.closed_form_collectives += 1
         t1 = self.fabric.run_closed(phases, t, f"tp_{algo}", cls)
         if self.comm_energy is not None:
-            self._comm_energy(parts, phases, t, "tp" if self.overlap.tp_comm else "tp_blocking",
-                              t1)
+            self._comm_energy(parts, phases, t, self._tp_energy_kind, t1)
         return t1
+
+    def _tp_plan(self, cls: int, algo: str, nbytes: float) -> tuple[tuple[int, ...], list | None,
+                                                                      bool]:
+        """(participating classes, phases, closed form?) of a TP collective of ``cls``;
+        phases only for a single-class one (the others rendezvous). Cached: these runs have
+        no failures, so neither the phases nor the closed-form check change."""
+        key = (cls, algo, nbytes)
+        hit = self._tp_plans.get(key)
+        if hit is None:
+            gids, parts = self._groups("tp", cls)
+            phases, closed = None, False
+            if len(parts) == 1:
+                phases = self._phases("tp", parts, gids, algo, nbytes)
+                closed = self._closed("tp", parts, phases)
+            hit = self._tp_plans[key] = (parts, phases, closed)
+        return hit
+
+    @property
+    def _tp_energy_kind(self) -> str:
+        """SM-share kind of a TP collective's communication energy (see :meth:`_comm_energy`)."""
+        return "tp" if self.overlap.tp_comm else "tp_blocking"
 
     def _blocked(self, cls: int, kind: str, ev: simpy.Event):
         """Process body: the compute stream of ``cls`` waits for ``ev`` (a wait of ``kind``,
@@ -502,17 +513,16 @@ class Executor:
         gids, parts = self._groups(kind, cls)
         if len(parts) == 1:
             if self.chained and kind == "tp":  # nothing can abort it: no process needed
-                phases = self._phases(kind, parts, gids, algo, nbytes)
-                if self._closed(kind, parts, phases):
+                _parts, phases, closed = self._tp_plan(cls, algo, nbytes)
+                if closed:
                     self.closed_form_collectives += 1
                     ev = self.fabric.start_closed(phases, f"{kind}_{algo}", cls)
                 else:
                     ev = self.fabric.start(phases, f"{kind}_{algo}", cls)
                 if self.comm_energy is not None:
                     t0 = self.env.now
-                    ev.callbacks.append(
-                        lambda _e: self._comm_energy(parts, phases, t0, "tp" if self.overlap.tp_comm
-                                                   else "tp_blocking"))
+                    ev.callbacks.append(lambda _e: self._comm_energy(
+                        parts, phases, t0, self._tp_energy_kind))
                 return ev
             return self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
         seq_key = (cls, kind)
@@ -563,8 +573,7 @@ class Executor:
                     yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
         finally:
             self._in_flight(ends, -1, kind)
-        tp_kind = "tp" if self.overlap.tp_comm else "tp_blocking"
-        self._comm_energy(parts, phases, t0, tp_kind if kind == "tp" else kind)
+        self._comm_energy(parts, phases, t0, self._tp_energy_kind if kind == "tp" else kind)
 
     def _closed(self, kind: str, parts: tuple[int, ...], phases: list) -> bool:
         """Whether this collective is costed in closed form: a TP collective of a group
