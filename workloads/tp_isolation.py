@@ -43,9 +43,10 @@ def isolated_tp_groups(layout: Layout, fabric,
     """The TP collectives (by their participating classes) that no other traffic can share a
     link with, so that the flow engine would give them exactly their uncontended cost.
 
-    A TP group qualifies when the topology has nodes (``switched``) and all routes of its
-    collectives stay on NVLink / NVSwitch links (no NIC, leaf or spine link), none of which
-    any other transfer may use: no pipeline send (either direction, every rank), no
+    A TP group qualifies when all routes of its collectives stay off the network links of a
+    switched cluster (no NIC, leaf or spine link) and none of its links is one any other
+    transfer may use (on a grid: every link it routes over, e.g. a torus row closed into the
+    group's ring): no pipeline send (either direction, every rank), no
     data-parallel, shard or replica collective (every group, every operation) and no other TP
     group's collective. Collectives of one group never overlap each other (a class issues its
     TP collectives one at a time: blocking, or on its FIFO TP stream). Empty when the fabric
@@ -58,7 +59,7 @@ def isolated_tp_groups(layout: Layout, fabric,
         tp_groups: class -> (its TP group ids, the classes taking part in its collectives).
     """
     lay, fab = layout, fabric
-    if fab.ports or lay.topo.fat_tree is None or lay.tp < 2:
+    if fab.ports or lay.tp < 2:
         return set()
     n = lay.topo.n_links
     other = np.zeros(n, dtype=bool)
