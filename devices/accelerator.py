@@ -28,6 +28,7 @@ DVFS transitions); they add up to the integral of the recorded board power.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,7 +39,6 @@ from devices.power import DevicePower, PowerSetup
 from devices.spec import DeviceSpec
 from twin.kernel.records import Recorder
 
-_CHUNK = 4096  # power segments buffered as tuples before packing into an array
 _JITTER_BLOCK = 1024  # compute-jitter factors drawn at once (Accelerator._jitter)
 
 
@@ -297,8 +297,11 @@ class Accelerator:
         self.last_t = 0.0
         self.energy_j = 0.0          # per device, accounted up to last_t
         self._busy: tuple[float, float] | None = None
-        self._seg: list[tuple] = []
-        self._chunks: list[np.ndarray] = []
+        # power segments, 6 float64 per segment (see power_segments): a flat array, not a list
+        # of tuples (a 1024-device run holds 4M of them: 4x the memory, and the heap the
+        # garbage collector and the caches walk through)
+        self._seg = array("d")
+        self._packed = np.empty((0, 6))
         self._codes: dict[str, int] = {}
         self._costs: dict[tuple, tuple] = {}
 
@@ -575,7 +578,7 @@ class Accelerator:
         code = self._codes.get("comm")
         if code is None:
             code = self._codes["comm"] = len(self._codes)
-        self._seg.append((t0, t1, (e_mem + e_dyn) / d, code, self.ps, self.temp_c))
+        self._seg.extend((t0, t1, (e_mem + e_dyn) / d, code, self.ps, self.temp_c))
 
     # ------------------------------------------------------------------ accounting
     def idle_until(self, t: float) -> None:
@@ -634,25 +637,17 @@ class Accelerator:
         code = self._codes.get(state)
         if code is None:
             code = self._codes[state] = len(self._codes)
-        self._seg.append((t0, t1, watts, code, ps, self.temp_c))
-        if len(self._seg) >= _CHUNK:
-            self._chunks.append(np.array(self._seg, dtype=float))
-            self._seg = []
+        self._seg.extend((t0, t1, watts, code, ps, self.temp_c))
 
     def power_segments(self) -> np.ndarray:
         """All power segments so far, shape (n, 6): t_start, t_end, watts (per device),
         state code, P-state index, temperature at t_end (C). Read-only; packed once and
         reused until new segments arrive (the summary asks for it several times per agent)."""
-        if self._seg:
-            self._chunks.append(np.array(self._seg, dtype=float))
-            self._seg = []
-        if len(self._chunks) > 1:
-            self._chunks = [np.concatenate(self._chunks)]
-        if not self._chunks:
-            return np.empty((0, 6))
-        seg = self._chunks[0]
-        seg.flags.writeable = False
-        return seg
+        if 6 * len(self._packed) != len(self._seg):
+            # a copy: the array keeps growing, and a NumPy view would pin its buffer
+            self._packed = np.array(self._seg, dtype=float).reshape(-1, 6)
+            self._packed.flags.writeable = False
+        return self._packed
 
     def state_names(self) -> list[str]:
         """Names of the state codes of :meth:`power_segments` (block names, idle, dvfs)."""

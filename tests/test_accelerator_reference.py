@@ -316,20 +316,27 @@ def test_the_throttle_steps_at_most_once_per_interval():
     assert ps == [1] * 22 + [2]
 
 
-def test_power_segments_keep_every_segment_across_buffer_chunks():
-    """More blocks than one buffer chunk (``_CHUNK`` segments) back to back: one segment per
-    block, contiguous, and their energy adds up to the device's energy."""
-    n = acc_mod._CHUNK + 10
+def test_power_segments_keep_every_segment_when_read_mid_run():
+    """Many blocks back to back, the segments read after the first part and again at the end:
+    one segment per block, contiguous, the first reading unchanged by what came later, and
+    their energy adds up to the device's energy."""
+    n, first = 5000, 1234
     env, acc, _ = _agent({"thermal": {"enabled": False}})
+    mid = {}
 
     def body():
         for i in range(n):
+            if i == first:
+                mid["seg"] = acc.power_segments()
+                mid["t"] = env.now
             yield from acc.compute(SMALL, 0, i, 0, 0)
 
     env.process(body())
     env.run()
     seg = acc.power_segments()
-    assert len(seg) == n
+    assert len(mid["seg"]) == first and len(seg) == n
+    np.testing.assert_array_equal(mid["seg"], seg[:first])
+    assert mid["seg"][-1, 1] == mid["t"]
     np.testing.assert_array_equal(seg[1:, 0], seg[:-1, 1])
     assert seg[0, 0] == 0.0 and seg[-1, 1] == env.now
     assert float(np.sum(seg[:, 2] * (seg[:, 1] - seg[:, 0]))) == pytest.approx(
