@@ -30,6 +30,7 @@ finished every iteration.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -192,8 +193,18 @@ class Executor:
                     if t1 is not None:
                         ahead = t1
                         continue
-                    if ahead is not None:  # rejoin the clock where the run ahead ended
-                        yield env.timeout_at(ahead)
+                    if ahead is not None:
+                        if op == TP and len(self._groups("tp", cls)[1]) > 1:
+                            # a rendezvous: arrive at the local time without rejoining the
+                            # clock; the collective starts at the last arrival
+                            t0, ahead = ahead, None
+                            yield from self._blocked(cls, "tp", self._collective(
+                                "tp", cls, ins[1], ins[2], at=t0))
+                            st.tp_s += env.now - t0
+                            rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now,
+                                   0.0)
+                            continue
+                        yield env.timeout_at(ahead)  # rejoin the clock where the run ended
                         ahead = None
                 if op == COMPUTE:
                     if hook is not None:
@@ -508,8 +519,14 @@ class Executor:
             hit = self._groups_cache[key] = (gids, parts)
         return hit
 
-    def _collective(self, kind: str, cls: int, algo: str, nbytes: float) -> simpy.Event:
-        """Event that fires when the collective ``algo`` over ``kind`` groups has finished."""
+    def _collective(self, kind: str, cls: int, algo: str, nbytes: float,
+                    at: float | None = None) -> simpy.Event:
+        """Event that fires when the collective ``algo`` over ``kind`` groups has finished.
+
+        ``at``: the arrival time of ``cls`` at a rendezvous (s, not before now; default now),
+        for an agent running ahead of the clock: the collective starts at the latest arrival
+        of its classes, with the class arriving then as its owner, as if each had rejoined
+        the clock first, with one event for the group instead of one per class."""
         gids, parts = self._groups(kind, cls)
         if len(parts) == 1:
             if self.chained and kind == "tp":  # nothing can abort it: no process needed
@@ -530,13 +547,17 @@ class Executor:
         self._seq[seq_key] = seq + 1
         key = (kind, parts, seq)
         entry = self._rendezvous.get(key)
-        if entry is None:
-            entry = self._rendezvous[key] = [0, self.env.event()]
+        if entry is None:  # arrivals, done, latest arrival time, its class
+            entry = self._rendezvous[key] = [0, self.env.event(), -math.inf, cls]
         entry[0] += 1
+        t = self.env.now if at is None else at
+        if t >= entry[2]:
+            entry[2], entry[3] = t, cls
         if entry[0] == len(parts):
             del self._rendezvous[key]
             done = entry[1]
-            proc = self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
+            proc = self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, entry[3],
+                                                    entry[2]))
             proc.callbacks.append(lambda _e: done.succeed())
         return entry[1]
 
@@ -559,7 +580,9 @@ class Executor:
         return phases
 
     def _run_collective(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
-                        nbytes: float, owner: int):
+                        nbytes: float, owner: int, start: float | None = None):
+        if start is not None and start > self.env.now:  # the last arrival ran ahead
+            yield self.env.timeout_at(start)
         phases = self._phases(kind, parts, gids, algo, nbytes)
         ends = () if kind == "tp" else parts  # TP collectives block the compute stream
         self._in_flight(ends, 1, kind)
