@@ -396,6 +396,30 @@ def test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut():
     assert ends[0] == pytest.approx(2.0 + 10 / 6)
 
 
+@pytest.mark.parametrize("seed", [5, 6])
+def test_recurring_patterns_alone_and_in_company_keep_the_fluid_times(seed):
+    """Keyed transfers of four patterns (two stepped rings) started at random: most run alone
+    in their component (the cached solo start and finish), some meet others; every completion
+    time is the fluid reference's and every byte crosses each link of its route once."""
+    rng = np.random.default_rng(seed)
+    patterns = [dict(routes=[[0], [1], [2]], sizes=[12.0] * 3, steps=3),
+                dict(routes=[[0, 2], [3]], sizes=[8.0, 5.0]),
+                dict(routes=[[4], [3, 4]], sizes=[6.0, 6.0], steps=2),
+                dict(routes=[[1, 3]], sizes=[9.0])]
+    transfers, t = [], 0.0
+    for _ in range(40):
+        t += float(rng.exponential(4.0))
+        k = int(rng.integers(len(patterns)))
+        transfers.append(dict(start=t, key=("pattern", k), latency=0.1, **patterns[k]))
+    _ends, net = _check(transfers)
+    assert net.solo_starts >= 10  # the fast path ran
+    expect = np.zeros(len(CAP))
+    for d in transfers:
+        for r, b in zip(d["routes"], d["sizes"], strict=True):
+            expect[r] += b
+    assert net.link_bytes == pytest.approx(expect, rel=1e-9)
+
+
 def test_cached_allocations_of_several_transfers_give_the_same_times():
     """Two keyed transfers sharing link 1 run twice: the second time their allocation comes
     from the cache (the slices of each transfer must still be its own)."""

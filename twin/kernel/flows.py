@@ -33,174 +33,12 @@ import numpy as np
 import simpy
 
 from twin.kernel.maxmin import _max_min_local, max_min_rates
-
-_REL_EPS = 1e-9
+from twin.kernel.transfer import Component, Template, Transfer
 
 __all__ = ["FlowNetwork", "Transfer", "max_min_rates"]
 
 
-class _Template:
-    """What transfers with the same route-pattern key share: incidence and link totals."""
-
-    __slots__ = ("all_flows", "entry_link", "entry_owner", "link_bytes", "links", "routed",
-                 "routes", "serial", "ulinks", "vlinks")
-
-    def __init__(self, serial: int, routes: list[np.ndarray], size: np.ndarray,
-                 variable: np.ndarray | None = None):
-        self.serial = serial
-        self.routes = routes
-        self.all_flows = np.arange(len(routes))
-        self.routed = all(len(r) for r in routes)
-        lens = np.fromiter((len(r) for r in routes), dtype=np.int64, count=len(routes))
-        self.entry_owner = np.repeat(np.arange(len(routes)), lens)
-        self.entry_link = np.concatenate(routes) if routes else np.empty(0, dtype=np.int64)
-        self.ulinks, inv = np.unique(self.entry_link, return_inverse=True)
-        self.link_bytes = np.bincount(inv, weights=size[self.entry_owner],
-                                      minlength=len(self.ulinks))
-        self.links = frozenset(self.ulinks.tolist())
-        # its links whose capacity may change (FlowNetwork.set_capacity): part of the key of
-        # a cached allocation
-        self.vlinks = (self.ulinks[variable[self.ulinks]] if variable is not None
-                       else np.empty(0, dtype=np.int64))
-
-
-class Transfer:
-    """A set of flows started together; ``done`` fires when all have drained + latency.
-
-    ``on_done`` holds plain callbacks ``f(transfer)`` run at that moment (cheaper than waiting
-    on the SimPy event, which is only created when someone asks for ``done``).
-    """
-
-    def __init__(self, tid: int, routes: list[np.ndarray], size: np.ndarray, latency: float,
-                 env: simpy.Environment, start: float, tag: object = None,
-                 template: _Template | None = None, steps: int = 1):
-        self.id = tid
-        self.steps = max(1, int(steps))
-        self.step_size = size / self.steps  # bytes of each flow per step
-        pos = size > 0
-        self._per_step = np.zeros(len(size))  # 1 / step_size (0 for empty flows)
-        self._per_step[pos] = self.steps / size[pos]
-        self.parked = np.zeros(len(size), dtype=bool)  # finished the current step, waiting
-        # equal bytes per flow (collectives): in step whenever rates and remaining bytes agree
-        self.uniform = self.steps > 1 and len(size) > 0 and float(np.ptp(size)) == 0.0
-        self._env = env
-        self._done: simpy.Event | None = None
-        self.finished = False
-        self.on_done: list[Callable[[Transfer], None]] = []
-        self.routes = routes
-        self.size = size
-        self.remaining = size.copy()
-        self.base = size.copy()   # remaining bytes when each flow's current route started
-        self.latency = latency
-        self.start = start
-        self.tag = tag
-        self.template = template
-        self.comp: _Component | None = None
-        self.whole = False  # every flow still active on its original route
-        self._inc: tuple | None = None  # (active mask bytes, incidence()) of the last call
-        if template is not None and template.routed:
-            self.whole = True
-            self.active = np.ones(len(size), dtype=bool)
-            self.entry_owner = template.entry_owner
-            self.entry_link = template.entry_link
-            self.links = template.links
-        else:
-            self.template = None
-            self.remaining[[len(r) == 0 for r in routes]] = 0.0  # local copies cost nothing
-            self.active = self.remaining > 0
-            self.reindex()
-
-    @property
-    def done(self) -> simpy.Event:
-        """SimPy event that fires (value: the transfer) when the transfer has completed."""
-        if self._done is None:
-            self._done = self._env.event()
-            if self.finished:
-                self._done.succeed(self)
-        return self._done
-
-    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(active flows, entry flow as index into them, entry link, done tolerance)`` of
-        the active flows' (flow, link) entries, bytes; None when no flow is active. Cached
-        until the active set (or, through :meth:`reindex`, the routes) changes: a component
-        asks for it at every change of its rates, mostly with the same flows active."""
-        key = self.active.tobytes()
-        c = self._inc
-        if c is not None and c[0] == key:
-            return c[1]
-        act = np.flatnonzero(self.active)
-        val = None
-        if len(act):
-            pos = np.empty(len(self.size), dtype=np.int64)
-            pos[act] = np.arange(len(act))
-            m = self.active[self.entry_owner]
-            val = (act, pos[self.entry_owner[m]], self.entry_link[m],
-                   np.maximum(self.size[act] * _REL_EPS, 1e-6))
-        self._inc = (key, val)
-        return val
-
-    def reindex(self) -> None:
-        """Rebuild the concatenated (flow, link) incidence after routes change."""
-        self._inc = None
-        lens = np.fromiter((len(r) for r in self.routes), dtype=np.int64, count=len(self.routes))
-        self.entry_owner = np.repeat(np.arange(len(self.routes)), lens)
-        self.entry_link = (np.concatenate(self.routes) if len(self.routes)
-                           else np.empty(0, dtype=np.int64))
-        self.links = self.active_links()
-
-    def active_links(self) -> frozenset[int]:
-        """Links crossed by the flows still sending."""
-        return frozenset(self.entry_link[self.active[self.entry_owner]].tolist())
-
-    def steps_left(self) -> np.ndarray:
-        """Steps each flow has not finished (a flow at a step end has finished that step)."""
-        q = np.ceil(self.remaining * self._per_step - 1e-6)
-        return np.maximum(q, 0.0, out=q)
-
-    def park_ahead(self) -> bool:
-        """Park active flows that finished the current step while others have not; release
-        every parked flow when none is behind. Returns True when a barrier was released."""
-        if self.steps == 1:
-            return False
-        pending = self.remaining > 0
-        if not pending.any():
-            return False
-        left = self.steps_left()
-        top = left[pending].max()
-        ahead = pending & (left < top)
-        if ahead.any():
-            newly = ahead & self.active
-            self.active[newly] = False
-            self.parked |= newly
-            return False
-        if self.parked.any():  # every unfinished flow is at the same step: go on together
-            self.active |= self.parked
-            self.parked[:] = False
-            return True
-        return False
-
-
-class _Component:
-    """Transfers connected through shared links, with their current allocation."""
-
-    __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
-                 "starts", "target", "tol", "transfers", "ulinks")
-    # busy: seconds the current allocation has run (added to its links' busy time on change)
-
-    def __init__(self, now: float):
-        self.transfers: dict[int, Transfer] = {}
-        self.last = now
-        self.gen = 0
-        self.slices: list[tuple[Transfer, int, int, np.ndarray]] = []
-        self.rate = np.empty(0)
-        self.entry_flow = np.empty(0, dtype=np.int64)
-        self.ulinks = np.empty(0, dtype=np.int64)
-        self.inv = np.empty(0, dtype=np.int64)
-        self.due = np.empty(0, dtype=bool)
-        self.tol = np.empty(0)  # remaining bytes at or below which a flow is done
-        self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
-        self.target = None  # remaining bytes of each flow at its next step end (stepped only)
-        self.busy = 0.0
+_FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
 
 
 class FlowNetwork:
@@ -225,9 +63,12 @@ class FlowNetwork:
         self.transfers: dict[int, Transfer] = {}
         self._next_id = 0
         self._on_link: dict[int, set[Transfer]] = {}
-        self._comps: set[_Component] = set()
-        self._templates: dict[Hashable, _Template] = {}
+        self._comps: set[Component] = set()
+        self._templates: dict[Hashable, Template] = {}
         self._allocs: dict[tuple[int, ...], tuple] = {}
+        # a fresh whole transfer alone in its component (most collective phases): everything
+        # _allocate derives from its pattern's allocation and its size, per allocation key
+        self._solo: dict[tuple, tuple] = {}
         self.alloc_cache_size = 200_000
         # and at most this many bytes of cached arrays: without rank symmetry (jitter) the
         # components are large and their combinations of active flows rarely repeat, so an
@@ -239,6 +80,7 @@ class FlowNetwork:
         self.link_busy = np.zeros(len(self.capacity))
         self.recomputes = 0      # max-min solves
         self.cache_hits = 0      # allocations reused from the route-pattern cache
+        self.solo_starts = 0     # of which fresh transfers alone in their component
 
     # ----------------------------------------------------------------- public
     def transfer(self, routes: Sequence[Sequence[int]], nbytes: Sequence[float] | np.ndarray,
@@ -258,7 +100,7 @@ class FlowNetwork:
         if template is None:
             rts = [np.asarray(r, dtype=np.int64) for r in routes]
             if key is not None:
-                template = self._templates[key] = _Template(len(self._templates), rts, size,
+                template = self._templates[key] = Template(len(self._templates), rts, size,
                                                             self.variable)
         else:
             rts = template.routes
@@ -438,14 +280,14 @@ class FlowNetwork:
 
     def _join(self, tr: Transfer) -> None:
         """Add ``tr`` to the network, merging the components it touches."""
-        touched: set[_Component] = set()
+        touched: set[Component] = set()
         on_link = self._on_link
         for lk in tr.links:
             for other in on_link.get(lk, ()):
                 touched.add(other.comp)
         now = self.env.now
         if not touched:
-            comp = _Component(now)
+            comp = Component(now)
             self._comps.add(comp)
         else:
             for c in touched:
@@ -472,7 +314,7 @@ class FlowNetwork:
         tr.links = frozenset()
         tr.comp = None
 
-    def _rebuild(self, comp: _Component) -> None:
+    def _rebuild(self, comp: Component) -> None:
         """Split ``comp`` into the components its remaining transfers form; allocate each."""
         self._flush_busy(comp)
         comp.gen += 1
@@ -512,7 +354,7 @@ class FlowNetwork:
                 by_root.setdefault(find(t.id), []).append(t)
             groups = list(by_root.values())
         for g in groups:
-            c = _Component(now)
+            c = Component(now)
             for t in g:
                 c.transfers[t.id] = t
                 t.comp = c
@@ -520,7 +362,7 @@ class FlowNetwork:
             self._allocate(c)
 
     # ----------------------------------------------------------------- allocation
-    def _allocate(self, comp: _Component) -> None:
+    def _allocate(self, comp: Component) -> None:
         """Max-min rates of a component's active flows; schedule its next completion.
 
         A component whose transfers all run their full route patterns (templates) has an
@@ -538,6 +380,12 @@ class FlowNetwork:
                         for t in trs)
             if self.variable is not None:  # the capacities that may change are part of it
                 key += tuple(self.capacity[t.template.vlinks].tobytes() for t in trs)
+        solo_ok = key is not None and len(trs) == 1 and trs[0].whole and trs[0].fresh
+        if solo_ok:
+            solo = self._solo.get(key)
+            if solo is not None:
+                self._start_solo(comp, trs[0], solo)
+                return
         cached = self._allocs.get(key) if key is not None else None
         if cached is not None:
             self.cache_hits += 1
@@ -604,6 +452,24 @@ class FlowNetwork:
         dt = float(ttf.min())
         # flows due at the timer finish then, whatever rounding of the clock does to dt
         comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
+        if solo_ok and not stepped and key in self._allocs:  # (so the counters stay the same)
+            self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
+        gen = comp.gen
+        self.env.timeout(max(dt, 0.0)).callbacks.append(
+            lambda _e, c=comp, g=gen: self._on_timer(c, g))
+
+    def _start_solo(self, comp: Component, tr: Transfer, solo: tuple) -> None:
+        """:meth:`_allocate` of a component holding only the fresh whole transfer ``tr``
+        from what the first such allocation of its key derived (the same arrays: its rates,
+        tolerances, due flows and time to the next completion depend only on the pattern, its
+        sizes and the capacities in the key)."""
+        rate, entry_flow, ulinks, inv, tol, due, dt = solo
+        self.cache_hits += 1
+        self.solo_starts += 1
+        comp.slices = [(tr, 0, len(rate), tr.template.all_flows)]
+        comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
+        comp.tol, comp.due, comp.target = tol, due, None
+        comp.starts = _FIRST
         gen = comp.gen
         self.env.timeout(max(dt, 0.0)).callbacks.append(
             lambda _e, c=comp, g=gen: self._on_timer(c, g))
@@ -671,12 +537,12 @@ class FlowNetwork:
         table[ulinks] = np.arange(len(ulinks))
         return ulinks, table[entry_link]
 
-    def _flush_busy(self, comp: _Component) -> None:
+    def _flush_busy(self, comp: Component) -> None:
         if comp.busy > 0:
             self.link_busy[comp.ulinks] += comp.busy
             comp.busy = 0.0
 
-    def _advance_comp(self, comp: _Component) -> None:
+    def _advance_comp(self, comp: Component) -> None:
         """Drain a component's bytes at its current rates up to now; account link usage."""
         now = self.env.now
         dt = now - comp.last
@@ -685,6 +551,7 @@ class FlowNetwork:
             return
         rate = comp.rate
         for tr, lo, hi, act in comp.slices:
+            tr.fresh = False
             if tr.whole:
                 r = tr.remaining
                 r -= rate[lo:hi] * dt
@@ -694,10 +561,14 @@ class FlowNetwork:
                 tr.remaining[act] = np.maximum(rem, 0.0)
         comp.busy += dt
 
-    def _on_timer(self, comp: _Component, gen: int) -> None:
+    def _on_timer(self, comp: Component, gen: int) -> None:
         if gen != comp.gen:
             return  # the component changed since this timer was set
         self._advance_comp(comp)
+        if (comp.target is None and len(comp.slices) == 1 and len(comp.transfers) == 1
+                and comp.slices[0][0].whole and comp.due.all()):
+            self._finish_solo(comp)
+            return
         finished: list[Transfer] = []
         released: list[Transfer] = []
         changed = False
@@ -755,6 +626,19 @@ class FlowNetwork:
             self._rebuild(comp)
         for tr in released:
             self._join(tr)
+
+    def _finish_solo(self, comp: Component) -> None:
+        """The timer of a component of one whole transfer whose flows are all due: what
+        :meth:`_on_timer` does then (every flow done, its pattern's link totals, the transfer
+        complete, the component dissolved), without its general bookkeeping."""
+        tr = comp.slices[0][0]
+        tr.remaining[:] = 0.0
+        tr.active[:] = False
+        self.link_bytes[tr.template.ulinks] += tr.template.link_bytes
+        tr.base[:] = 0.0
+        self._detach(tr)
+        self._complete(tr)
+        self._rebuild(comp)
 
     def _complete(self, tr: Transfer) -> None:
         self.transfers.pop(tr.id, None)

@@ -1,0 +1,183 @@
+"""The state of the flow engine's transfers (``twin.kernel.flows``): a transfer's flows, their
+remaining bytes and step barrier, the route pattern transfers of one key share, and the
+component (transfers connected through shared links) an allocation is made for.
+
+Kernel: links are array indices, nothing of GPUs. The engine itself (allocation, timers,
+failures) is :class:`twin.kernel.flows.FlowNetwork`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+_REL_EPS = 1e-9  # a flow is done when at most this share of its bytes (or 1e-6 B) is left
+
+__all__ = ["Component", "Template", "Transfer"]
+
+
+class Template:
+    """What transfers with the same route-pattern key share: incidence and link totals."""
+
+    __slots__ = ("all_flows", "entry_link", "entry_owner", "link_bytes", "links", "routed",
+                 "routes", "serial", "ulinks", "vlinks")
+
+    def __init__(self, serial: int, routes: list[np.ndarray], size: np.ndarray,
+                 variable: np.ndarray | None = None):
+        self.serial = serial
+        self.routes = routes
+        self.all_flows = np.arange(len(routes))
+        self.routed = all(len(r) for r in routes)
+        lens = np.fromiter((len(r) for r in routes), dtype=np.int64, count=len(routes))
+        self.entry_owner = np.repeat(np.arange(len(routes)), lens)
+        self.entry_link = np.concatenate(routes) if routes else np.empty(0, dtype=np.int64)
+        self.ulinks, inv = np.unique(self.entry_link, return_inverse=True)
+        self.link_bytes = np.bincount(inv, weights=size[self.entry_owner],
+                                      minlength=len(self.ulinks))
+        self.links = frozenset(self.ulinks.tolist())
+        # its links whose capacity may change (FlowNetwork.set_capacity): part of the key of
+        # a cached allocation
+        self.vlinks = (self.ulinks[variable[self.ulinks]] if variable is not None
+                       else np.empty(0, dtype=np.int64))
+
+
+class Transfer:
+    """A set of flows started together; ``done`` fires when all have drained + latency.
+
+    ``on_done`` holds plain callbacks ``f(transfer)`` run at that moment (cheaper than waiting
+    on the SimPy event, which is only created when someone asks for ``done``).
+    """
+
+    def __init__(self, tid: int, routes: list[np.ndarray], size: np.ndarray, latency: float,
+                 env: simpy.Environment, start: float, tag: object = None,
+                 template: Template | None = None, steps: int = 1):
+        self.id = tid
+        self.steps = max(1, int(steps))
+        self.step_size = size / self.steps  # bytes of each flow per step
+        pos = size > 0
+        self._per_step = np.zeros(len(size))  # 1 / step_size (0 for empty flows)
+        self._per_step[pos] = self.steps / size[pos]
+        self.parked = np.zeros(len(size), dtype=bool)  # finished the current step, waiting
+        # equal bytes per flow (collectives): in step whenever rates and remaining bytes agree
+        self.uniform = self.steps > 1 and len(size) > 0 and float(np.ptp(size)) == 0.0
+        self._env = env
+        self._done: simpy.Event | None = None
+        self.finished = False
+        self.on_done: list[Callable[[Transfer], None]] = []
+        self.routes = routes
+        self.size = size
+        self.remaining = size.copy()
+        self.base = size.copy()   # remaining bytes when each flow's current route started
+        self.latency = latency
+        self.start = start
+        self.tag = tag
+        self.template = template
+        self.comp: Component | None = None
+        self.whole = False  # every flow still active on its original route
+        self.fresh = True  # no byte drained yet (remaining is size): see FlowNetwork._solo
+        self._inc: tuple | None = None  # (active mask bytes, incidence()) of the last call
+        if template is not None and template.routed:
+            self.whole = True
+            self.active = np.ones(len(size), dtype=bool)
+            self.entry_owner = template.entry_owner
+            self.entry_link = template.entry_link
+            self.links = template.links
+        else:
+            self.template = None
+            self.remaining[[len(r) == 0 for r in routes]] = 0.0  # local copies cost nothing
+            self.active = self.remaining > 0
+            self.reindex()
+
+    @property
+    def done(self) -> simpy.Event:
+        """SimPy event that fires (value: the transfer) when the transfer has completed."""
+        if self._done is None:
+            self._done = self._env.event()
+            if self.finished:
+                self._done.succeed(self)
+        return self._done
+
+    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(active flows, entry flow as index into them, entry link, done tolerance)`` of
+        the active flows' (flow, link) entries, bytes; None when no flow is active. Cached
+        until the active set (or, through :meth:`reindex`, the routes) changes: a component
+        asks for it at every change of its rates, mostly with the same flows active."""
+        key = self.active.tobytes()
+        c = self._inc
+        if c is not None and c[0] == key:
+            return c[1]
+        act = np.flatnonzero(self.active)
+        val = None
+        if len(act):
+            pos = np.empty(len(self.size), dtype=np.int64)
+            pos[act] = np.arange(len(act))
+            m = self.active[self.entry_owner]
+            val = (act, pos[self.entry_owner[m]], self.entry_link[m],
+                   np.maximum(self.size[act] * _REL_EPS, 1e-6))
+        self._inc = (key, val)
+        return val
+
+    def reindex(self) -> None:
+        """Rebuild the concatenated (flow, link) incidence after routes change."""
+        self._inc = None
+        lens = np.fromiter((len(r) for r in self.routes), dtype=np.int64, count=len(self.routes))
+        self.entry_owner = np.repeat(np.arange(len(self.routes)), lens)
+        self.entry_link = (np.concatenate(self.routes) if len(self.routes)
+                           else np.empty(0, dtype=np.int64))
+        self.links = self.active_links()
+
+    def active_links(self) -> frozenset[int]:
+        """Links crossed by the flows still sending."""
+        return frozenset(self.entry_link[self.active[self.entry_owner]].tolist())
+
+    def steps_left(self) -> np.ndarray:
+        """Steps each flow has not finished (a flow at a step end has finished that step)."""
+        q = np.ceil(self.remaining * self._per_step - 1e-6)
+        return np.maximum(q, 0.0, out=q)
+
+    def park_ahead(self) -> bool:
+        """Park active flows that finished the current step while others have not; release
+        every parked flow when none is behind. Returns True when a barrier was released."""
+        if self.steps == 1:
+            return False
+        pending = self.remaining > 0
+        if not pending.any():
+            return False
+        left = self.steps_left()
+        top = left[pending].max()
+        ahead = pending & (left < top)
+        if ahead.any():
+            newly = ahead & self.active
+            self.active[newly] = False
+            self.parked |= newly
+            return False
+        if self.parked.any():  # every unfinished flow is at the same step: go on together
+            self.active |= self.parked
+            self.parked[:] = False
+            return True
+        return False
+
+
+class Component:
+    """Transfers connected through shared links, with their current allocation."""
+
+    __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
+                 "starts", "target", "tol", "transfers", "ulinks")
+    # busy: seconds the current allocation has run (added to its links' busy time on change)
+
+    def __init__(self, now: float):
+        self.transfers: dict[int, Transfer] = {}
+        self.last = now
+        self.gen = 0
+        self.slices: list[tuple[Transfer, int, int, np.ndarray]] = []
+        self.rate = np.empty(0)
+        self.entry_flow = np.empty(0, dtype=np.int64)
+        self.ulinks = np.empty(0, dtype=np.int64)
+        self.inv = np.empty(0, dtype=np.int64)
+        self.due = np.empty(0, dtype=bool)
+        self.tol = np.empty(0)  # remaining bytes at or below which a flow is done
+        self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
+        self.target = None  # remaining bytes of each flow at its next step end (stepped only)
+        self.busy = 0.0
