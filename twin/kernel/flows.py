@@ -380,7 +380,9 @@ class FlowNetwork:
                         for t in trs)
             if self.variable is not None:  # the capacities that may change are part of it
                 key += tuple(self.capacity[t.template.vlinks].tobytes() for t in trs)
-        solo_ok = key is not None and len(trs) == 1 and trs[0].whole and trs[0].fresh
+        # a whole transfer that started now has drained nothing: its remaining bytes are its size
+        solo_ok = (key is not None and len(trs) == 1 and trs[0].whole
+                   and trs[0].start == comp.last)
         if solo_ok:
             solo = self._solo.get(key)
             if solo is not None:
@@ -454,6 +456,10 @@ class FlowNetwork:
         comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
         if solo_ok and not stepped and key in self._allocs:  # (so the counters stay the same)
             self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
+        self._arm(comp, dt)
+
+    def _arm(self, comp: Component, dt: float) -> None:
+        """Set the component's timer ``dt`` seconds from now (void once it changes again)."""
         gen = comp.gen
         self.env.timeout(max(dt, 0.0)).callbacks.append(
             lambda _e, c=comp, g=gen: self._on_timer(c, g))
@@ -470,9 +476,7 @@ class FlowNetwork:
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
         comp.starts = _FIRST
-        gen = comp.gen
-        self.env.timeout(max(dt, 0.0)).callbacks.append(
-            lambda _e, c=comp, g=gen: self._on_timer(c, g))
+        self._arm(comp, dt)
 
     @staticmethod
     def _step_target(tr: Transfer, act: np.ndarray, rate: np.ndarray) -> np.ndarray | None:
@@ -551,7 +555,6 @@ class FlowNetwork:
             return
         rate = comp.rate
         for tr, lo, hi, act in comp.slices:
-            tr.fresh = False
             if tr.whole:
                 r = tr.remaining
                 r -= rate[lo:hi] * dt

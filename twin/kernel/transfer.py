@@ -76,7 +76,6 @@ class Transfer:
         self.template = template
         self.comp: Component | None = None
         self.whole = False  # every flow still active on its original route
-        self.fresh = True  # no byte drained yet (remaining is size): see FlowNetwork._solo
         self._inc: tuple | None = None  # (active mask bytes, incidence()) of the last call
         if template is not None and template.routed:
             self.whole = True
