@@ -437,28 +437,31 @@ class DeviceStreams:
         if not hasattr(model, "fresh_latency"):
             return self._draw(model, lat, mix)
         n = model.requests_for(lat.bytes)
-        worst = 0.0
-        for _ in range(self.group):
-            s = self._fresh(model, n, mix)
-            s = math.exp(round(math.log(max(s, 1e-12)) / _LOG_STEP) * _LOG_STEP)
-            model.record(mix, s, self.n / self.group)
-            worst = max(worst, s)
-        return worst
+        draws = self._fresh(model, n, mix, self.group)
+        model.record_many(mix, draws, self.n / self.group)
+        return max(draws)
 
-    def _fresh(self, model, n: int, mix: tuple[int, int]) -> float:
-        """The next fresh latency draw of ``n`` requests at ``mix``. Draws are made in blocks
-        (``QueueContention.fresh_latencies``: independent batches solved in one FIFO run,
-        each used once), so every block still sees its own independent sample of the
-        sojourn-time distribution at its mix; a block of a mix is 8 draws the first time and
-        doubles up to 256 as the mix recurs."""
+    def _fresh(self, model, n: int, mix: tuple[int, int], count: int) -> list[float]:
+        """The next ``count`` fresh latency draws of ``n`` requests at ``mix``, each rounded
+        to the ``_LOG_STEP`` grid. Draws are made in blocks (``QueueContention.
+        fresh_latencies``: independent batches solved in one pass, each used once), so every
+        block still sees its own independent sample of the sojourn-time distribution at its
+        mix; a block of a mix is 8 draws the first time and doubles up to 256 as the mix
+        recurs."""
         key = (n, mix)
         buf = self._fresh_buf.get(key)
-        if buf is None or buf[1] >= len(buf[0]):
-            size = min(2 * len(buf[0]), _FRESH_MAX) if buf is not None else _FRESH_MIN
-            buf = self._fresh_buf[key] = [model.fresh_latencies(n, mix, self.rng, size), 0]
-        v = float(buf[0][buf[1]])
-        buf[1] += 1
-        return v
+        out: list[float] = []
+        while len(out) < count:
+            if buf is None or buf[1] >= len(buf[0]):
+                size = min(2 * len(buf[0]), _FRESH_MAX) if buf is not None else _FRESH_MIN
+                s = model.fresh_latencies(n, mix, self.rng, size)
+                s = np.exp(np.round(np.log(np.maximum(s, 1e-12)) / _LOG_STEP) * _LOG_STEP)
+                buf = self._fresh_buf[key] = [s.tolist(), 0]
+            i = buf[1]
+            j = min(len(buf[0]), i + count - len(out))
+            out.extend(buf[0][i:j])
+            buf[1] = j
+        return out
 
     def _account(self, block, p: Price, f: float) -> None:
         """Account the fraction ``f`` of ``block`` done at price ``p``."""

@@ -285,6 +285,14 @@ class MemoryContention(ABC):
         if s > self._max:
             self._max = s
 
+    def record_many(self, k: Mix, s: list[float], weight: float) -> None:
+        """:meth:`record` of several ops of one level, each of weight ``weight``."""
+        self._weight[k] += weight * len(s)
+        self._sum[k] += weight * sum(s)
+        top = max(s)
+        if top > self._max:
+            self._max = top
+
     def draw_block(self, block, k: int | Mix, rng: np.random.Generator,
                    weight: float = 1.0) -> float:
         """:meth:`draw` for a ``workloads.transformer.Block`` (its bytes, cached by id)."""
@@ -541,12 +549,12 @@ class QueueContention(MemoryContention):
     def fresh_latencies(self, n: int, k: int | Mix, rng: np.random.Generator,
                         count: int) -> np.ndarray:
         """``count`` independent draws of :meth:`fresh_latency` at once (the same
-        distribution, exactly: see :meth:`fresh_inputs`), solved in one FIFO run."""
-        batch, times, services, is_op = self.fresh_inputs(n, k, rng, count)
-        return self.solve_fresh(n, count, batch, times, services, is_op)
+        distribution, exactly: see :meth:`fresh_inputs`), solved in one pass."""
+        gaps, services, ops = self.fresh_inputs(n, k, rng, count)
+        return self.solve_fresh(n, count, gaps, services, ops)
 
     def fresh_inputs(self, n: int, k: int | Mix, rng: np.random.Generator,
-                     count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                     count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Inputs of ``count`` independent fresh batches, laid end to end on one time axis.
 
         Batch ``b`` has the law of what :meth:`fresh_latency` draws (``n`` op arrivals of a
@@ -556,13 +564,14 @@ class QueueContention(MemoryContention):
         rate ``L`` whose points are independently the op's with probability ``p = op rate /
         L`` (the colouring theorem). So a batch is a run of exponential gaps of mean ``1 / L``
         with i.i.d. Bernoulli(``p``) op marks, cut at its ``n``-th op point; consecutive cuts
-        of one mark sequence are independent batches. Before each batch's first point the
-        previous batch's total service time is added to the gap, so the server is empty when
-        it begins (its last departure is at most its last arrival plus its work) and each
-        batch is its own queue, as if simulated alone.
+        of one mark sequence are independent batches. Before each batch's first
+        point the previous batch's total service time is added to the gap, so the server is
+        empty when it begins (its last departure is at most its last arrival plus its work)
+        and each batch is its own queue, as if simulated alone.
 
         Returns:
-            (batch id, arrival time (s), service time (s), is-op mask), in time order.
+            (gap before each point (s; the first is from time 0), service time (s), indices of
+            the op points: ``n`` per batch, batch ``b``'s are ``ops[b n:(b + 1) n]``).
         """
         lam = self.op_rate + sum(self.stream_rates(k))
         p = self.op_rate / lam
@@ -571,29 +580,34 @@ class QueueContention(MemoryContention):
         while True:  # enough marks for count x n op points (rarely more than one round)
             mean = (need - int(marks.sum())) / p
             more = rng.random(int(mean + 6 * math.sqrt(mean) + 64)) < p
-            marks = np.concatenate([marks, more])
+            marks = np.concatenate([marks, more]) if marks.size else more
             if int(marks.sum()) >= need:
                 break
-        ops = np.flatnonzero(marks)
-        last = ops[n - 1::n][:count]  # index of each batch's n-th op point
-        total = int(last[-1]) + 1
-        marks = marks[:total]
-        starts = np.concatenate([[0], last[:-1] + 1])
-        gaps = rng.exponential(1.0 / lam, total)
+        ops = np.flatnonzero(marks)[:need]
+        total = int(ops[-1]) + 1
+        gaps = rng.standard_exponential(total)
+        gaps *= 1.0 / lam  # = rng.exponential(1 / lam, total), one temporary fewer
         services = self.service.sample(rng, total)
         if count > 1:
-            work = np.add.reduceat(services, starts)
-            gaps[starts[1:]] += work[:-1] * (1 + 1e-9)
-        batch = np.repeat(np.arange(count), np.diff(np.append(starts, total)))
-        return batch, np.cumsum(gaps), services, marks
+            starts = ops[n - 1:-1:n] + 1  # first point of batches 1 .. count - 1
+            work = np.add.reduceat(services, np.concatenate(([0], starts)))
+            gaps[starts] += work[:-1] * (1 + 1e-9)
+        return gaps, services, ops
 
-    def solve_fresh(self, n: int, count: int, batch: np.ndarray, times: np.ndarray,
-                    services: np.ndarray, is_op: np.ndarray) -> np.ndarray:
+    def solve_fresh(self, n: int, count: int, gaps: np.ndarray, services: np.ndarray,
+                    ops: np.ndarray) -> np.ndarray:
         """Slowdowns of the batches of :meth:`fresh_inputs`: each batch's mean op sojourn over
-        the mean alone sojourn."""
-        res = fifo_queue(times, services)
-        soj = np.bincount(batch[is_op], weights=res.sojourns[is_op], minlength=count) / n
-        return soj / self.alone_sojourn_cached(n)
+        the mean alone sojourn. The waits are the Lindley recursion ``W_{i+1} = max(0, W_i +
+        S_i - gap_{i+1})`` in its closed form ``W_i = C_i - min_{j <= i} C_j`` with ``C`` the
+        running sum of ``S_i - gap_{i+1}`` from ``C_0 = 0``; every batch starts on an empty
+        server, so the running minimum never reaches back into the previous batch."""
+        c = np.empty(services.size)
+        c[0] = 0.0
+        np.cumsum(services[:-1] - gaps[1:], out=c[1:])
+        soj = c[ops]
+        soj -= np.minimum.accumulate(c)[ops]
+        soj += services[ops]
+        return soj.reshape(count, n).mean(axis=1) / self.alone_sojourn_cached(n)
 
     def alone_sojourn_cached(self, n: int) -> float:
         """:meth:`alone_sojourn`, cached per ``n``."""

@@ -211,28 +211,40 @@ def test_collectives_draw_hbm_energy_and_sm_dynamic_power():
     assert seg == pytest.approx(on["energy_j"] - b_on["network"], rel=1e-9)
 
 
-def _queue_latency_model():
+def _queue_latency_model(*sets: str):
     from devices.memory import build_memory_model
 
     scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
-        "memory.model=queue", "memory.bound=auto"])
+        "memory.model=queue", "memory.bound=auto", *sets])
     cl = scen.cluster
     return build_memory_model(scen.memory, cl.device, cl.link, cl.links_per_edge,
                               np.random.default_rng(0), bound="latency")
 
 
-def test_fresh_latency_draws_in_blocks_are_independent_queues():
+@pytest.mark.parametrize("sets,n,count", [
+    ((), 128, 12),
+    (("memory.service={dist: pareto, alpha: 1.5}",), 64, 200),
+])
+def test_fresh_latency_draws_in_blocks_are_independent_queues(sets, n, count):
     """Fresh latency draws made in blocks: the batches laid end to end on one time axis are
-    each their own queue, so the batched slowdowns equal the plain Lindley recursion
-    (``lindley_reference``) run on each batch alone, to rounding."""
+    each their own queue, so the batched slowdowns (one running sum and running minimum
+    over all of them) equal the plain Lindley recursion (``lindley_reference``) run on each
+    batch alone, to rounding; also for a Pareto 1.5 service, whose rare huge services make
+    the running sum's magnitude, and so its rounding, largest."""
     from twin.kernel.queueing.engine import lindley_reference
 
-    m = _queue_latency_model()
-    n, count = 128, 12
-    batch, times, services, is_op = m.fresh_inputs(n, (2, 1), np.random.default_rng(5), count)
-    got = m.solve_fresh(n, count, batch, times, services, is_op)
+    m = _queue_latency_model(*sets)
+    gaps, services, ops = m.fresh_inputs(n, (2, 1), np.random.default_rng(5), count)
+    got = m.solve_fresh(n, count, gaps, services, ops)
+    times = np.cumsum(gaps)
+    is_op = np.zeros(times.size, dtype=bool)
+    is_op[ops] = True
+    assert ops.size == n * count and ops[-1] == times.size - 1
+    first = 0
     for b in range(count):
-        sel = batch == b
+        last = int(ops[(b + 1) * n - 1])  # a batch ends at its n-th op point
+        sel = slice(first, last + 1)
+        first = last + 1
         t = times[sel] - times[sel][0]
         waits = np.asarray(lindley_reference(t, services[sel]))
         soj = (waits + services[sel])[is_op[sel]]

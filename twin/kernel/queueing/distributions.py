@@ -395,7 +395,11 @@ class Pareto(_CovFromScv, ServiceDistribution):
 
     def _draw(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         # log(S / x_m) is exponential with rate alpha.
-        return self.scale * np.exp(rng.standard_exponential(size) / self.alpha)
+        x = rng.standard_exponential(size)
+        np.divide(x, self.alpha, out=x)
+        np.exp(x, out=x)
+        np.multiply(x, self.scale, out=x)  # = scale * exp(E / alpha), in place
+        return x
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "alpha": self.alpha, "mean": self.mean}
