@@ -213,14 +213,36 @@ def test_falls_back_where_tp_links_are_shared_or_can_fail():
                                   "duration_s": 0.002}])
     assert "tp_closed_form" not in faulty["shortcuts_used"]
     assert faulty["tp_closed_form_collectives"] == 0
-    # HBM ports (memory.transfer_cap under FR-FCFS): a port's capacity follows the memory
-    # mix during the run, so no TP cost is fixed in advance; without the cap it is
-    capped = _run(False, memory={"model": "frfcfs"})
+    # HBM ports (memory.transfer_cap under FR-FCFS) with overlapped TP: a chunk's collective
+    # runs beside a GEMM chunk, whose mix caps the ports, so no TP cost is fixed in advance
+    capped = _run(False, memory={"model": "frfcfs"}, overlap={"tp_comm": True})
     assert capped["tp_closed_form_collectives"] == 0
-    uncapped = _run(False, memory={"model": "frfcfs", "transfer_cap": False})
+    uncapped = _run(False, memory={"model": "frfcfs", "transfer_cap": False},
+                    overlap={"tp_comm": True})
     assert uncapped["tp_closed_form_collectives"] > 0
     # the healthy layout does take it
     assert _run(False)["tp_closed_form_collectives"] > 0
+
+
+@pytest.mark.parametrize("memory", [{"model": "frfcfs"},
+                                    {"model": "frfcfs", "per_device_draws": False}])
+def test_blocking_tp_beside_hbm_ports_takes_the_closed_form(memory, monkeypatch):
+    """HBM ports are capped only while a compute block of their device runs
+    (``DeviceStreams.port_capacity``); a blocking TP collective (no TP overlap) has no block
+    beside it on any device taking part, so its ports are uncapped and its cost is the
+    closed form's. The run equals the same run with the closed form refused (every TP
+    collective through the flow engine and its ports, the same random draws) to rounding,
+    with and without rank symmetry."""
+    from workloads.executor import Executor
+
+    fast = _run(False, memory=memory)
+    assert fast["tp_closed_form_collectives"] > 0 and fast["hbm_port_capped_s"] > 0
+    monkeypatch.setattr(Executor, "tp_closed_form_groups", lambda self: set())
+    flows = _run(False, memory=memory)
+    assert flows["tp_closed_form_collectives"] == 0 and fast["events"] < flows["events"]
+    for key in ("iteration_time_s", "energy_j", "makespan_s", "link_bytes", "bytes_sent",
+                "hbm_port_capped_s", "hbm_slowdown_mean", "exposed_comm_fraction"):
+        assert fast[key] == pytest.approx(flows[key], rel=1e-9), key
 
 
 def test_static_check_sees_every_other_route():

@@ -616,7 +616,8 @@ class Executor:
         passes ``closed_form=False`` and this is never asked."""
         if not self.chained:
             return set()
-        return isolated_tp_groups(self.layout, self.fabric, lambda c: self._groups("tp", c))
+        return isolated_tp_groups(self.layout, self.fabric, lambda c: self._groups("tp", c),
+                                  blocking=not self.overlap.tp_comm)
 
     def _comm_energy(self, classes, phases: list, t0: float, kind: str,
                      t1: float | None = None) -> None:

@@ -38,8 +38,8 @@ def kind_links(layout: Layout, route: Callable[[int, int], tuple[int, ...]], kin
 
 
 def isolated_tp_groups(layout: Layout, fabric,
-                       tp_groups: Callable[[int], tuple[np.ndarray, tuple[int, ...]]]
-                       ) -> set[tuple[int, ...]]:
+                       tp_groups: Callable[[int], tuple[np.ndarray, tuple[int, ...]]],
+                       blocking: bool = False) -> set[tuple[int, ...]]:
     """The TP collectives (by their participating classes) that no other traffic can share a
     link with, so that the flow engine would give them exactly their uncontended cost.
 
@@ -49,17 +49,20 @@ def isolated_tp_groups(layout: Layout, fabric,
     group's ring): no pipeline send (either direction, every rank), no
     data-parallel, shard or replica collective (every group, every operation) and no other TP
     group's collective. Collectives of one group never overlap each other (a class issues its
-    TP collectives one at a time: blocking, or on its FIFO TP stream). Empty when the fabric
-    has HBM ports (``memory.transfer_cap``: a port's capacity follows the memory mix, so no
-    cost is fixed in advance).
+    TP collectives one at a time: blocking, or on its FIFO TP stream). When the fabric has HBM
+    ports (``memory.transfer_cap``), a port is capped only while a compute block of its
+    device runs (``devices.interference.DeviceStreams.port_capacity``), so the cost is fixed
+    in advance only for TP collectives that block the compute stream of every class taking
+    part (``blocking``: no TP overlap); with overlapped TP and ports the set is empty.
 
     Args:
         layout: ranks, groups and classes of the run.
         fabric: its ``devices.fabric.Fabric`` (router, ports, network-link mask).
         tp_groups: class -> (its TP group ids, the classes taking part in its collectives).
+        blocking: the TP collectives block the compute stream (``overlap.tp_comm`` off).
     """
     lay, fab = layout, fabric
-    if fab.ports or lay.tp < 2:
+    if (fab.ports and not blocking) or lay.tp < 2:
         return set()
     n = lay.topo.n_links
     other = np.zeros(n, dtype=bool)
