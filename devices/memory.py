@@ -289,9 +289,7 @@ class MemoryContention(ABC):
         """:meth:`record` of several ops of one level, each of weight ``weight``."""
         self._weight[k] += weight * len(s)
         self._sum[k] += weight * sum(s)
-        top = max(s)
-        if top > self._max:
-            self._max = top
+        self._max = max(self._max, *s)
 
     def draw_block(self, block, k: int | Mix, rng: np.random.Generator,
                    weight: float = 1.0) -> float:
@@ -564,15 +562,12 @@ class QueueContention(MemoryContention):
         rate ``L`` whose points are independently the op's with probability ``p = op rate /
         L`` (the colouring theorem). So a batch is a run of exponential gaps of mean ``1 / L``
         with i.i.d. Bernoulli(``p``) op marks, cut at its ``n``-th op point; consecutive cuts
-        of one mark sequence are independent batches. Before each batch's first
-        point the previous batch's total service time is added to the gap, so the server is
-        empty when it begins (its last departure is at most its last arrival plus its work)
-        and each batch is its own queue, as if simulated alone.
-
-        Returns:
-            (gap before each point (s; the first is from time 0), service time (s), indices of
-            the op points: ``n`` per batch, batch ``b``'s are ``ops[b n:(b + 1) n]``).
-        """
+        of one mark sequence are independent batches. Before each batch's first point the
+        previous batch's total service time is added to the gap, so the server is empty when
+        it begins (its last departure is at most its last arrival plus its work) and each
+        batch is its own queue, as if simulated alone. Returns the gap before each point (s;
+        the first from time 0), the service times (s) and the op points' indices (batch
+        ``b``'s are ``ops[b n:(b + 1) n]``)."""
         lam = self.op_rate + sum(self.stream_rates(k))
         p = self.op_rate / lam
         need = count * n
@@ -601,8 +596,7 @@ class QueueContention(MemoryContention):
         S_i - gap_{i+1})`` in its closed form ``W_i = C_i - min_{j <= i} C_j`` with ``C`` the
         running sum of ``S_i - gap_{i+1}`` from ``C_0 = 0``; every batch starts on an empty
         server, so the running minimum never reaches back into the previous batch."""
-        c = np.empty(services.size)
-        c[0] = 0.0
+        c = np.zeros(services.size)
         np.cumsum(services[:-1] - gaps[1:], out=c[1:])
         soj = c[ops]
         soj -= np.minimum.accumulate(c)[ops]
