@@ -426,9 +426,7 @@ class DeviceStreams:
         """HBM factor of a part from the model's cached tables: the slowest of ``group``
         draws."""
         g = self.group
-        if g == 1:
-            return model.draw_block(part, mix, self.rng, self.n)
-        return max(model.draw_block(part, mix, self.rng, self.n / g) for _ in range(g))
+        return model.draw_block(part, mix, self.rng, self.n / g, g)
 
     def _latency_draw(self, lat, mix: tuple[int, int]) -> float:
         """HBM factor of a latency-bound part (fresh queue batches, or a latency table); the

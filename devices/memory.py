@@ -97,7 +97,7 @@ from typing import Any
 
 import numpy as np
 
-from devices.memory_results import LevelReport, SlowdownTable
+from devices.memory_results import LevelReport, SlowdownTable, roofline_report
 from devices.memory_spec import (
     _MIN_REQUESTS,
     SERVICE_SHAPES,
@@ -242,17 +242,19 @@ class MemoryContention(ABC):
         return tab
 
     def draw(self, nbytes: float, k: int | Mix, rng: np.random.Generator, weight: float = 1.0,
-             key: Hashable | None = None) -> float:
+             key: Hashable | None = None, count: int = 1) -> float:
         """Slowdown of one executed op moving ``nbytes`` next to ``k`` transfers.
 
         Draws one batch of the op class's cached distribution with ``rng``; records the draw
         (``weight``: devices the op stands for). ``key`` (e.g. the block's id) caches the op
-        class so ``nbytes`` is not re-classified on every call.
+        class so ``nbytes`` is not re-classified on every call. ``count`` > 1: that many
+        draws, each recorded, in one call of ``rng`` (the same numbers as ``count`` calls);
+        returns the largest (the slowest member of a group that meets after the op).
         """
-        k = self.clip(k, weight)
-        self._weight[k] += weight
+        k = self.clip(k, weight * count)
+        self._weight[k] += weight * count
         if k == (0, 0):
-            self._sum[k] += weight
+            self._sum[k] += weight * count
             return 1.0
         n = self._bucket.get(key) if key is not None else None
         if n is None:
@@ -262,8 +264,12 @@ class MemoryContention(ABC):
         tab = self._tables.get((n, k))
         if tab is None:
             tab = self.table(n, k)
-        s = float(tab.samples[rng.integers(tab.samples.size)])
-        self._sum[k] += weight * s
+        if count == 1:
+            s = total = float(tab.samples[rng.integers(tab.samples.size)])
+        else:
+            v = tab.samples[rng.integers(tab.samples.size, size=count)]
+            s, total = float(v.max()), float(v.sum())
+        self._sum[k] += weight * total
         if s > self._max:
             self._max = s
         return s
@@ -292,14 +298,14 @@ class MemoryContention(ABC):
         self._max = max(self._max, *s)
 
     def draw_block(self, block, k: int | Mix, rng: np.random.Generator,
-                   weight: float = 1.0) -> float:
+                   weight: float = 1.0, count: int = 1) -> float:
         """:meth:`draw` for a ``workloads.transformer.Block`` (its bytes, cached by id)."""
         if not isinstance(k, tuple) and k <= 0:
-            self._weight[(0, 0)] += weight
-            self._sum[(0, 0)] += weight
+            self._weight[(0, 0)] += weight * count
+            self._sum[(0, 0)] += weight * count
             return 1.0
         n = self._bucket.get(id(block))
-        return self.draw(block.bytes if n is None else 0.0, k, rng, weight, key=id(block))
+        return self.draw(block.bytes if n is None else 0.0, k, rng, weight, id(block), count)
 
     # ------------------------------------------------------------------ transfers
     @abstractmethod
@@ -403,16 +409,6 @@ class MemoryContention(ABC):
     def _rng(self, *key) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(
             np.random.SeedSequence(self.entropy, spawn_key=_flat(key))))
-
-
-def roofline_report() -> dict[str, Any]:
-    """The ``memory_*`` summary keys of a run without a contention model."""
-    return {"memory_model": "roofline", "memory_bound": "bandwidth",
-            "memory_slowdown_mean": 1.0, "memory_slowdown_is": "exact (no contention model)",
-            "memory_slowdown_max": 1.0, "memory_contended_fraction": 0.0,
-            "memory_max_transfers": 0, "memory_converged": True,
-            "memory_variance_infinite": False, "memory_unstable": False,
-            "memory_warnings": [], "memory_levels": []}
 
 
 # ============================================================================ queue model

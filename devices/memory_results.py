@@ -95,3 +95,13 @@ class LevelReport:
                 "mean_wait_se_s": self.mean_wait_se_s, "op_mean_wait_s": self.op_mean_wait_s,
                 "op_mean_wait_se_s": self.op_mean_wait_se_s, "tail_index": self.tail_index,
                 "warnings": list(self.warnings)}
+
+
+def roofline_report() -> dict[str, Any]:
+    """The ``memory_*`` summary keys of a run without a contention model."""
+    return {"memory_model": "roofline", "memory_bound": "bandwidth",
+            "memory_slowdown_mean": 1.0, "memory_slowdown_is": "exact (no contention model)",
+            "memory_slowdown_max": 1.0, "memory_contended_fraction": 0.0,
+            "memory_max_transfers": 0, "memory_converged": True,
+            "memory_variance_infinite": False, "memory_unstable": False,
+            "memory_warnings": [], "memory_levels": []}
