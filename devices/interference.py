@@ -198,6 +198,7 @@ class DeviceStreams:
         self._fresh_buf: dict[tuple, list] = {}  # (requests, mix) -> [draws, next index]
         self.on_ports = on_ports if memory is not None else None
         self._port_cap = math.inf  # what on_ports was last told, bytes/s
+        self._flush_due = False    # a change of the ports' capacity is queued (see _ports)
         self.port_capped_s = 0.0   # seconds the ports were capped (closed intervals)
         self._capped_since: float | None = None
         self.port_cap_min = math.inf  # smallest port capacity set, bytes/s
@@ -265,9 +266,19 @@ class DeviceStreams:
         return self.port_capped_s + open_s
 
     def _ports(self) -> None:
-        """Tell the fabric the ports' capacity if it changed."""
-        if self.on_ports is None:
+        """Tell the fabric the ports' capacity if it changed, once the instant's other
+        changes are made: a block that ends and the next that starts at the same time (a
+        chunk after a chunk) flip the capacity and back, which would re-share every flow on
+        the ports twice for nothing (no byte moves in zero time). A zero-delay event, queued
+        behind what is already due now, applies the capacity the streams then give."""
+        if self.on_ports is None or self._flush_due:
             return
+        if self.port_capacity() != self._port_cap:
+            self._flush_due = True
+            self.env.timeout(0).callbacks.append(self._flush_ports)
+
+    def _flush_ports(self, _e: object = None) -> None:
+        self._flush_due = False
         cap = self.port_capacity()
         if cap == self._port_cap:
             return

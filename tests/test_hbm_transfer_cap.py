@@ -279,6 +279,43 @@ def test_transfer_beside_a_block_moves_at_the_controllers_dma_share():
     assert dur - alpha * ph.steps == pytest.approx(per_flow / rate, rel=0.02)
 
 
+def test_back_to_back_blocks_leave_the_ports_capped_and_a_stream_end_uncaps_them():
+    """One device, a DMA stream from t = 0 and two 1 s blocks back to back, the stream
+    ending at 1.5 s: the ports are told the controller's DMA share once at 0 and ``inf``
+    once at 1.5 s (the first block's end and the second's start at 1 s are one instant: no
+    flip to ``inf`` and back), and the capped seconds are the 1.5 s in between."""
+    scen, model = _ring4()
+    sc = scen.replace(["memory.model=frfcfs", "memory.batches=8"])
+    cl = sc.cluster
+    mm = build_memory_model(sc.memory, cl.device, cl.link, cl.links_per_edge,
+                            np.random.default_rng(7))
+    cap = mm.dma_caps((1, 0))[0]
+    assert math.isfinite(cap)  # one stream beside an op is capped in this controller
+    env = simpy.Environment()
+    told: list[tuple[float, float]] = []
+    agent = DeviceStreams(env, 1, None, None, mm, rng=np.random.default_rng(1),
+                          on_ports=lambda c: told.append((env.now, c)))
+    blk = model.blocks[0]["mlp_fwd"]
+    acc = SimpleNamespace(model=_Compute(1.0), dev=SimpleNamespace(math_scale=[1.0],
+                                                                   dyn_scale=[1.0]),
+                          mem_scale=1.0)
+
+    def blocks():
+        agent.start("dp")
+        for _ in range(2):
+            yield from agent.run_block(acc, blk, 0, 1.0, agent.price(acc, blk, 0))
+
+    def stream_end():
+        yield env.timeout(1.5)
+        agent.end("dp")
+
+    env.process(blocks())
+    env.process(stream_end())
+    env.run()
+    assert told == [(0.0, cap), (1.5, math.inf)]
+    assert agent.capped_s() == pytest.approx(1.5, rel=1e-12)
+
+
 @pytest.mark.parametrize("memory_model", ["frfcfs", "queue"])
 def test_the_cap_never_makes_a_transfer_faster(memory_model):
     """For 1 to 4 concurrent all-reduces beside the blocks, every all-reduce takes at least
