@@ -21,8 +21,8 @@ __all__ = ["Component", "Template", "Transfer"]
 class Template:
     """What transfers with the same route-pattern key share: incidence and link totals."""
 
-    __slots__ = ("all_flows", "entry_link", "entry_owner", "link_bytes", "links", "routed",
-                 "routes", "serial", "ulinks", "vlinks")
+    __slots__ = ("all_flows", "entry_link", "entry_owner", "link_bytes", "links", "per_steps",
+                 "routed", "routes", "serial", "ulinks", "vlinks")
 
     def __init__(self, serial: int, routes: list[np.ndarray], size: np.ndarray,
                  variable: np.ndarray | None = None):
@@ -37,10 +37,23 @@ class Template:
         self.link_bytes = np.bincount(inv, weights=size[self.entry_owner],
                                       minlength=len(self.ulinks))
         self.links = frozenset(self.ulinks.tolist())
+        self.per_steps: dict[int, tuple] = {}  # steps -> Transfer's step arrays
         # its links whose capacity may change (FlowNetwork.set_capacity): part of the key of
         # a cached allocation
         self.vlinks = (self.ulinks[variable[self.ulinks]] if variable is not None
                        else np.empty(0, dtype=np.int64))
+
+
+def _step_arrays(size: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(bytes per step, 1 / bytes per step or 0, equal sizes)`` of flows of ``size``
+    bytes moved in ``steps`` steps (see :class:`Transfer`)."""
+    step_size = size / steps
+    pos = size > 0
+    per_step = np.zeros(len(size))
+    per_step[pos] = steps / size[pos]
+    for a in (step_size, per_step):
+        a.setflags(write=False)
+    return step_size, per_step, steps > 1 and len(size) > 0 and float(np.ptp(size)) == 0.0
 
 
 class Transfer:
@@ -55,13 +68,16 @@ class Transfer:
                  template: Template | None = None, steps: int = 1):
         self.id = tid
         self.steps = max(1, int(steps))
-        self.step_size = size / self.steps  # bytes of each flow per step
-        pos = size > 0
-        self._per_step = np.zeros(len(size))  # 1 / step_size (0 for empty flows)
-        self._per_step[pos] = self.steps / size[pos]
+        # bytes of each flow per step, 1 / step bytes (0 for empty flows), equal bytes per
+        # flow (collectives: in step whenever rates and remaining bytes agree); read only, so
+        # shared by the transfers of a template (equal keys mean equal sizes)
+        per = template.per_steps.get(self.steps) if template is not None else None
+        if per is None:
+            per = _step_arrays(size, self.steps)
+            if template is not None:
+                template.per_steps[self.steps] = per
+        self.step_size, self._per_step, self.uniform = per
         self.parked = np.zeros(len(size), dtype=bool)  # finished the current step, waiting
-        # equal bytes per flow (collectives): in step whenever rates and remaining bytes agree
-        self.uniform = self.steps > 1 and len(size) > 0 and float(np.ptp(size)) == 0.0
         self._env = env
         self._done: simpy.Event | None = None
         self.finished = False
