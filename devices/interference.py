@@ -141,6 +141,34 @@ class BlockRecord:
     fraction: float = 1.0
 
 
+class TableIndices:
+    """``rng.integers(high, size)`` for one ``high`` (a table's batch count), drawn in blocks
+    of ``block``: a Generator's array draw is the sequence of as many scalar draws, so the
+    indices are the numbers one call each would give, as long as nothing else draws from
+    ``rng`` (the device agent's own generator, with no fresh latency draws)."""
+
+    def __init__(self, rng: np.random.Generator, high: int, block: int = 4096):
+        self.rng, self.high, self.block = rng, int(high), int(block)
+        self._buf = np.empty(0, dtype=np.int64)
+        self._list: list[int] = []
+        self._i = 0
+
+    def integers(self, high: int, size: int | None = None):
+        """The next index (``size`` None) or the next ``size`` indices, in ``[0, high)``."""
+        if high != self.high:
+            raise ValueError(f"TableIndices draws below {self.high}, asked for {high}")
+        n = 1 if size is None else int(size)
+        i = self._i
+        if i + n > len(self._list):  # refill, keeping the unused tail first
+            tail = self._buf[i:]
+            self._buf = np.concatenate([tail, self.rng.integers(
+                self.high, size=max(self.block, n))])
+            self._list = self._buf.tolist()
+            i = 0
+        self._i = i + n
+        return self._list[i] if size is None else self._buf[i:i + n]
+
+
 class DeviceStreams:
     """The streams on one rank class's devices and the resources they share (module docstring).
 
@@ -179,6 +207,10 @@ class DeviceStreams:
         self.latency = latency
         self.latency_below = float(latency_below_bytes)
         self.rng = rng
+        # the table draws' indices in blocks, where nothing else draws from rng (no fresh
+        # latency batches; every table of the model has memory.batches samples)
+        self._indices = (TableIndices(rng, memory.batches) if memory is not None
+                         and latency is None and rng is not None else None)
         self.on_network = on_network
         self.group = max(int(group), 1)
         self.active: Counter[str] = Counter()
@@ -437,7 +469,8 @@ class DeviceStreams:
         """HBM factor of a part from the model's cached tables: the slowest of ``group``
         draws."""
         g = self.group
-        return model.draw_block(part, mix, self.rng, self.n / g, g)
+        rng = self._indices if model is self.memory and self._indices is not None else self.rng
+        return model.draw_block(part, mix, rng, self.n / g, g)
 
     def _latency_draw(self, lat, mix: tuple[int, int]) -> float:
         """HBM factor of a latency-bound part (fresh queue batches, or a latency table); the

@@ -296,3 +296,20 @@ def test_a_repriced_block_draws_its_energy_over_its_stretched_duration():
         assert row[2] == pytest.approx(want, rel=1e-9)  # fractions of work sum to 1 - 1e-12
         checked += 1
     assert checked >= 4
+
+
+def test_table_indices_are_the_generators_own_draws_across_refills():
+    """``TableIndices`` (indices drawn ahead in blocks) gives what one ``integers`` call per
+    draw on the same generator gives, for single and grouped draws that cross its block
+    boundary; it refuses another bound (the draws would no longer be the same numbers)."""
+    from devices.interference import TableIndices
+
+    sizes = [None, 3, None, 8, 1, None, 5, 8, 8, None] * 7
+    ref = np.random.default_rng(11)
+    want = [int(ref.integers(32)) if n is None else ref.integers(32, size=n).tolist()
+            for n in sizes]
+    idx = TableIndices(np.random.default_rng(11), 32, block=7)
+    got = [idx.integers(32) if n is None else idx.integers(32, size=n).tolist() for n in sizes]
+    assert got == want
+    with pytest.raises(ValueError, match="below 32"):
+        idx.integers(16)
