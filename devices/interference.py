@@ -154,7 +154,8 @@ class TableIndices:
         self._i = 0
 
     def integers(self, high: int, size: int | None = None):
-        """The next index (``size`` None) or the next ``size`` indices, in ``[0, high)``."""
+        """The next index (``size`` None) or a list of the next ``size`` indices, in
+        ``[0, high)``."""
         if high != self.high:
             raise ValueError(f"TableIndices draws below {self.high}, asked for {high}")
         n = 1 if size is None else int(size)
@@ -166,7 +167,7 @@ class TableIndices:
             self._list = self._buf.tolist()
             i = 0
         self._i = i + n
-        return self._list[i] if size is None else self._buf[i:i + n]
+        return self._list[i] if size is None else self._list[i:i + n]
 
 
 class DeviceStreams:

@@ -264,11 +264,12 @@ class MemoryContention(ABC):
         tab = self._tables.get((n, k))
         if tab is None:
             tab = self.table(n, k)
+        vals = tab.values
         if count == 1:
-            s = total = float(tab.samples[rng.integers(tab.samples.size)])
-        else:
-            v = tab.samples[rng.integers(tab.samples.size, size=count)]
-            s, total = float(v.max()), float(v.sum())
+            s = total = vals[rng.integers(len(vals))]
+        else:  # a handful of draws: Python floats beat NumPy's per-call cost
+            v = [vals[i] for i in rng.integers(len(vals), size=count)]
+            s, total = max(v), sum(v)
         self._sum[k] += weight * total
         if s > self._max:
             self._max = s

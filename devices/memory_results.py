@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,11 @@ class SlowdownTable:
     k: int
     samples: np.ndarray
     mix: Mix = (0, 0)
+
+    @cached_property
+    def values(self) -> list[float]:
+        """:attr:`samples` as Python floats (for the draws)."""
+        return self.samples.tolist()
 
     @property
     def mean(self) -> float:

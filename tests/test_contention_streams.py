@@ -309,7 +309,7 @@ def test_table_indices_are_the_generators_own_draws_across_refills():
     want = [int(ref.integers(32)) if n is None else ref.integers(32, size=n).tolist()
             for n in sizes]
     idx = TableIndices(np.random.default_rng(11), 32, block=7)
-    got = [idx.integers(32) if n is None else idx.integers(32, size=n).tolist() for n in sizes]
+    got = [idx.integers(32) if n is None else list(idx.integers(32, size=n)) for n in sizes]
     assert got == want
     with pytest.raises(ValueError, match="below 32"):
         idx.integers(16)
