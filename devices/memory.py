@@ -593,11 +593,9 @@ class QueueContention(MemoryContention):
         S_i - gap_{i+1})`` in its closed form ``W_i = C_i - min_{j <= i} C_j`` with ``C`` the
         running sum of ``S_i - gap_{i+1}`` from ``C_0 = 0``; every batch starts on an empty
         server, so the running minimum never reaches back into the previous batch."""
-        c = np.zeros(services.size)
-        np.cumsum(services[:-1] - gaps[1:], out=c[1:])
-        soj = c[ops]
-        soj -= np.minimum.accumulate(c)[ops]
-        soj += services[ops]
+        from devices.lindley import op_sojourns  # compiled (numba): imported when used
+
+        soj = op_sojourns(gaps, services, ops)
         return soj.reshape(count, n).mean(axis=1) / self.alone_sojourn_cached(n)
 
     def alone_sojourn_cached(self, n: int) -> float:
