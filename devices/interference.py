@@ -232,6 +232,7 @@ class DeviceStreams:
         self.on_ports = on_ports if memory is not None else None
         self._port_cap = math.inf  # what on_ports was last told, bytes/s
         self._flush_due = False    # a change of the ports' capacity is queued (see _ports)
+        self._reprice_due = False  # a re-price check is queued (see _changed)
         self.port_capped_s = 0.0   # seconds the ports were capped (closed intervals)
         self._capped_since: float | None = None
         self.port_cap_min = math.inf  # smallest port capacity set, bytes/s
@@ -454,17 +455,32 @@ class DeviceStreams:
                 self.mix if self.memory is not None else None)
 
     def _changed(self) -> None:
-        """A stream started or ended: re-price the running block if its inputs changed."""
+        """A stream started or ended: re-price the running block if its inputs changed, once
+        the instant's other changes are made (as :meth:`_ports`): a stream that ends as the
+        next starts (a TP chunk after a chunk) leaves the mix as it was, and re-pricing the
+        block in between would redraw its HBM factor at an unchanged mix. A zero-delay event,
+        queued behind what is already due now, compares the mix then."""
+        if self._reprice_due or not self._must_reprice():
+            return
+        self._reprice_due = True
+        self.env.timeout(0).callbacks.append(self._flush_reprice)
+
+    def _must_reprice(self) -> bool:
         run = self._running
         if run is None or run[1] is None:
-            return
+            return False
         proc, key = run
         if key == self._key() or proc is None or not proc.is_alive:
-            return
-        if proc is self.env.active_process:
-            return  # the block's own process (not inside the block): nothing to re-price
-        self._running = (proc, None)  # one interrupt at a time; the block re-reads the mix
-        proc.interrupt(_REPRICE)
+            return False
+        # the block's own process (not inside the block): nothing to re-price
+        return proc is not self.env.active_process
+
+    def _flush_reprice(self, _e: object = None) -> None:
+        self._reprice_due = False
+        if self._must_reprice():
+            proc = self._running[0]
+            self._running = (proc, None)  # one interrupt at a time; the block re-reads the mix
+            proc.interrupt(_REPRICE)
 
     def _draw(self, model, part, mix: tuple[int, int]) -> float:
         """HBM factor of a part from the model's cached tables: the slowest of ``group``

@@ -316,6 +316,50 @@ def test_back_to_back_blocks_leave_the_ports_capped_and_a_stream_end_uncaps_them
     assert agent.capped_s() == pytest.approx(1.5, rel=1e-12)
 
 
+@pytest.mark.parametrize(("swaps", "repriced"), [
+    ([(0.5, 0.5)], 0),              # the next stream starts as one ends: the mix holds
+    ([(0.5, None)], 1),             # a stream ends: the block runs on at the new mix
+    ([(0.5, 0.6)], 2),              # ends, then another starts later: two changes
+    ([(0.3, 0.3), (0.7, 0.7)], 0),  # two swaps, each within an instant
+])
+def test_a_block_is_repriced_only_when_the_mix_changes_across_an_instant(swaps, repriced):
+    """One device runs a 1 s block beside DMA streams; each of ``swaps`` ends one stream at
+    its first time and starts another at its second (None: none), from separate processes.
+    The running block is re-priced (its HBM factor drawn again) once per instant at which
+    the mix it runs at differs from the mix at the end of that instant, and never for a
+    swap within one instant (before, the end alone re-priced it and the start again)."""
+    scen, model = _ring4()
+    sc = scen.replace(["memory.model=frfcfs", "memory.batches=8"])
+    cl = sc.cluster
+    mm = build_memory_model(sc.memory, cl.device, cl.link, cl.links_per_edge,
+                            np.random.default_rng(7))
+    env = simpy.Environment()
+    agent = DeviceStreams(env, 1, None, None, mm, rng=np.random.default_rng(1))
+    blk = model.blocks[0]["mlp_fwd"]
+    acc = SimpleNamespace(model=_Compute(1.0), dev=SimpleNamespace(math_scale=[1.0],
+                                                                   dyn_scale=[1.0]),
+                          mem_scale=1.0)
+    for _ in swaps:
+        agent.start("dp")
+    out = []
+
+    def block():
+        out.append((yield from agent.run_block(acc, blk, 0, 1.0, agent.price(acc, blk, 0))))
+
+    def at(t, fn):
+        yield env.timeout(t)
+        fn("dp")
+
+    env.process(block())
+    for t_end, t_start in swaps:
+        env.process(at(t_end, agent.end))
+        if t_start is not None:
+            env.process(at(t_start, agent.start))
+    env.run()
+    assert agent.repriced == repriced
+    assert out[0][0] == pytest.approx(1.0, rel=1e-12)  # the fractions of work still add up
+
+
 @pytest.mark.parametrize("memory_model", ["frfcfs", "queue"])
 def test_the_cap_never_makes_a_transfer_faster(memory_model):
     """For 1 to 4 concurrent all-reduces beside the blocks, every all-reduce takes at least
