@@ -39,6 +39,44 @@ __all__ = ["FlowNetwork", "Transfer", "max_min_rates"]
 
 
 _FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
+# components of at least this many flows are allocated by the compiled forms of the max-min
+# solve and the step targets (``twin.kernel.maxmin_jit``: the same numbers to the last bit;
+# below it their call and input packing cost more than they save)
+_JIT_FLOWS = 24
+
+
+def _compiled():
+    """``twin.kernel.maxmin_jit``, imported at the first large component (numba)."""
+    import twin.kernel.maxmin_jit as jit  # (after the first call: a lookup in sys.modules)
+
+    return jit
+
+
+def _step_targets_compiled(slices: list, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(bytes of every flow to its next event, step targets or None)``: what
+    :meth:`FlowNetwork._allocate` derives with :meth:`FlowNetwork._step_target` slice by
+    slice, in one compiled call over the component's stepped transfers (a slice without a
+    target has target 0, and ``rem - 0.0`` is ``rem``: the same values)."""
+    rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
+    stepped = [(tr, lo, hi) for tr, lo, hi, _act in slices if tr.steps > 1]
+    if not stepped:
+        return rem, None
+    target = np.zeros(len(rate))
+    sizes = [len(tr.remaining) for tr, _lo, _hi in stepped]
+    f_lo = np.zeros(len(stepped) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=f_lo[1:])
+    has = _compiled().step_targets(
+        rate, np.array([lo for _t, lo, _h in stepped], dtype=np.int64),
+        np.array([hi for _t, _l, hi in stepped], dtype=np.int64),
+        np.concatenate([act for _tr, _lo, _hi, act in slices]), f_lo,
+        np.concatenate([tr.remaining for tr, _l, _h in stepped]),
+        np.concatenate([tr._per_step for tr, _l, _h in stepped]),
+        np.concatenate([tr.parked for tr, _l, _h in stepped]),
+        np.concatenate([tr.step_size for tr, _l, _h in stepped]),
+        np.array([tr.uniform for tr, _l, _h in stepped], dtype=bool), target)
+    if not has.any():
+        return rem, None
+    return rem - target, target
 
 
 class FlowNetwork:
@@ -81,6 +119,7 @@ class FlowNetwork:
         self.recomputes = 0      # max-min solves
         self.cache_hits = 0      # allocations reused from the route-pattern cache
         self.solo_starts = 0     # of which fresh transfers alone in their component
+        self._scratch: np.ndarray | None = None  # link -> local index table (compiled path)
 
     # ----------------------------------------------------------------- public
     def transfer(self, routes: Sequence[Sequence[int]], nbytes: Sequence[float] | np.ndarray,
@@ -422,8 +461,14 @@ class FlowNetwork:
             comp.slices = slices
             entry_flow = np.concatenate(ent_f) if ent_f else np.empty(0, dtype=np.int64)
             entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
-            ulinks, inv = self._compact_links(entry_link)
-            rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
+            if n >= _JIT_FLOWS:
+                if self._scratch is None:
+                    self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)
+                rate, ulinks, inv = _compiled().compact_max_min(
+                    entry_flow, entry_link, n, self.capacity, self._scratch)
+            else:
+                ulinks, inv = self._compact_links(entry_link)
+                rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
             self.recomputes += 1
             if key is not None and len(self._allocs) < self.alloc_cache_size:
                 size = rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
@@ -436,25 +481,30 @@ class FlowNetwork:
         comp.tol = tols[0] if len(tols) == 1 else np.concatenate(tols)
         comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
                                   count=len(comp.slices))
-        rems, targets, stepped = [], [], False
-        for tr, lo, hi, act in comp.slices:
-            rem = tr.remaining[act]
-            target = None
-            if tr.steps > 1:
-                target = self._step_target(tr, act, rate[lo:hi])
-            if target is None:
-                rems.append(rem)
-                targets.append(np.zeros(len(act)))
-            else:
-                stepped = True
-                rems.append(rem - target)
-                targets.append(target)
-        ttf = (rems[0] if len(rems) == 1 else np.concatenate(rems)) / rate
-        comp.target = (np.concatenate(targets) if stepped else None)
+        if len(rate) >= _JIT_FLOWS:
+            to_go, comp.target = _step_targets_compiled(comp.slices, rate)
+        else:
+            rems, targets, stepped = [], [], False
+            for tr, lo, hi, act in comp.slices:
+                rem = tr.remaining[act]
+                target = None
+                if tr.steps > 1:
+                    target = self._step_target(tr, act, rate[lo:hi])
+                if target is None:
+                    rems.append(rem)
+                    targets.append(np.zeros(len(act)))
+                else:
+                    stepped = True
+                    rems.append(rem - target)
+                    targets.append(target)
+            to_go = rems[0] if len(rems) == 1 else np.concatenate(rems)
+            comp.target = (np.concatenate(targets) if stepped else None)
+        ttf = to_go / rate
         dt = float(ttf.min())
         # flows due at the timer finish then, whatever rounding of the clock does to dt
         comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
-        if solo_ok and not stepped and key in self._allocs:  # (so the counters stay the same)
+        # (only when cached, so that the counters stay the same)
+        if solo_ok and comp.target is None and key in self._allocs:
             self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
         self._arm(comp, dt)
 
