@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from itertools import accumulate
 
 import numpy as np
 import simpy
@@ -62,9 +63,8 @@ def _step_targets_compiled(slices: list, rate: np.ndarray) -> tuple[np.ndarray, 
     if not stepped:
         return rem, None
     target = np.zeros(len(rate))
-    sizes = [len(tr.remaining) for tr, _lo, _hi in stepped]
-    f_lo = np.zeros(len(stepped) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=f_lo[1:])
+    f_lo = np.fromiter(accumulate((len(tr.remaining) for tr, _lo, _hi in stepped), initial=0),
+                       dtype=np.int64, count=len(stepped) + 1)
     has = _compiled().step_targets(
         rate, np.array([lo for _t, lo, _h in stepped], dtype=np.int64),
         np.array([hi for _t, _l, hi in stepped], dtype=np.int64),
@@ -674,6 +674,16 @@ class FlowNetwork:
         if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
             self._rebuild(comp)
         elif comp.transfers:
+            if released:
+                # the released transfers rejoin now, mostly into this component, whose
+                # allocation without them would hold for no time: allocate it once, after
+                # them, unless a join did (or merged it into another component)
+                gen = comp.gen
+                for tr in released:
+                    self._join(tr)
+                if comp.gen == gen and comp in self._comps:
+                    self._allocate(comp)
+                return
             self._allocate(comp)
         else:
             self._rebuild(comp)
