@@ -618,3 +618,20 @@ def test_sub_byte_steps_that_drift_apart_keep_the_barrier():
     _check([dict(start=0.0, routes=[[0], [1]], sizes=[0.002, 0.002], steps=2),
             dict(start=0.0, routes=[[1]], sizes=[5e-7]),
             dict(start=1.9e-4, routes=[[0]], sizes=[0.001])])
+
+
+def test_a_barrier_released_apart_from_the_rest_of_its_component_leaves_it_allocated():
+    """Ring A (4 flows, 2 steps) and the long transfers C, E and G share a component only
+    through D (links 3 and 5), which ends at t = 0.4 without the component being split (too
+    few of its flows stopped). A's slowest flow ends its first step at t = 0.7 and releases
+    the barrier: A rejoins the network apart from C, E and G, which must be allocated again
+    (and finish) as in the fluid reference."""
+    cap = [10.0] * 24
+    transfers = [dict(start=0.0, routes=[[0], [1], [2], [3]], sizes=[10.0] * 4, steps=2),
+                 dict(start=0.0, routes=[[3, 5]], sizes=[2.0]),
+                 dict(start=0.0, routes=[[k] for k in range(5, 13)], sizes=[100.0] * 8),
+                 dict(start=0.0, routes=[[k] for k in range(12, 20)], sizes=[100.0] * 8),
+                 dict(start=0.0, routes=[[k] for k in range(19, 24)], sizes=[60.0] * 5)]
+    ends, _net = engine_run(cap, transfers)
+    assert ends == pytest.approx(fluid(cap, transfers), rel=1e-9)
+    assert ends[1] == pytest.approx(0.4) and ends[0] == pytest.approx(0.7 + 0.5)
