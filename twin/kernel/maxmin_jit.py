@@ -15,6 +15,7 @@ Imported when first used (numba's import costs ~0.3 s; small runs never need it)
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numba
@@ -57,55 +58,89 @@ def compact_max_min(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int
 @numba.njit(cache=True, nogil=True)
 def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
                   cap: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """:func:`twin.kernel.maxmin._max_min_local`, level by level: the share ``rem / count``
-    of every link with live entries, the least share as the level, every link within
-    ``1e-12`` of it a bottleneck, its flows frozen at the level, ``rem -= level x (entries
-    leaving)`` and clipped at 0 on every link (links without live entries are never read
-    again, so they are skipped)."""
-    rate = np.full(n_flows, np.inf)
+    """:func:`twin.kernel.maxmin._max_min_local`, level by level, with a heap of the links'
+    shares: the least share ``rem / count`` among links with live entries is the level, every
+    link within ``1e-12`` of it a bottleneck, its flows frozen at the level, and on every link
+    they cross ``rem -= level x (entries leaving)``, clipped at 0, once per level. Only the
+    links a level touches are re-shared (the others' ``rem / count`` is what it was: the NumPy
+    form recomputes the same quotient), so a level costs what it freezes, not every entry."""
     n_links = cap.size
-    rem = cap.copy()
     n_ent = local.size
-    live = np.ones(n_ent, dtype=np.bool_)
-    n_live = n_ent
+    rate = np.full(n_flows, np.inf)
+    if n_ent == 0:
+        return rate
+    rem = cap.copy()
     cnt = np.zeros(n_links, dtype=np.int64)
+    f_cnt = np.zeros(n_flows + 1, dtype=np.int64)
     for e in range(n_ent):
         cnt[local[e]] += 1
-    share = np.empty(n_links)
-    bott = np.zeros(n_links, dtype=np.bool_)
-    newly = np.zeros(n_flows, dtype=np.bool_)
+        f_cnt[entry_flow[e] + 1] += 1
+    # entries by link and by flow (CSR)
+    l_start = np.zeros(n_links + 1, dtype=np.int64)
+    for j in range(n_links):
+        l_start[j + 1] = l_start[j] + cnt[j]
+    for f in range(n_flows):
+        f_cnt[f + 1] += f_cnt[f]
+    l_ent = np.empty(n_ent, dtype=np.int64)
+    f_ent = np.empty(n_ent, dtype=np.int64)
+    l_pos = l_start[:-1].copy()
+    f_pos = f_cnt[:-1].copy()
+    for e in range(n_ent):
+        j = local[e]
+        l_ent[l_pos[j]] = e
+        l_pos[j] += 1
+        f = entry_flow[e]
+        f_ent[f_pos[f]] = e
+        f_pos[f] += 1
+    ver = np.zeros(n_links, dtype=np.int64)
+    heap = [(np.inf, np.int64(0), np.int64(0))]
+    heap.pop()
+    for j in range(n_links):
+        if cnt[j] > 0:
+            heapq.heappush(heap, (rem[j] / cnt[j], np.int64(j), np.int64(0)))
+    frozen = np.zeros(n_flows, dtype=np.bool_)
     gone = np.zeros(n_links, dtype=np.int64)
-    while n_live > 0:
-        level = np.inf
-        for j in range(n_links):
-            if cnt[j] > 0:
-                s = rem[j] / cnt[j]
-                share[j] = s
-                if s < level:
-                    level = s
+    touched = np.empty(n_links, dtype=np.int64)
+    bott = np.empty(n_links, dtype=np.int64)
+    while len(heap) > 0:
+        top, j, v = heap[0]
+        if v != ver[j] or cnt[j] == 0:
+            heapq.heappop(heap)
+            continue
+        level = top
         thr = level * (1 + 1e-12)
-        for j in range(n_links):
-            bott[j] = cnt[j] > 0 and share[j] <= thr
-        for e in range(n_ent):
-            if live[e] and bott[local[e]]:
-                newly[entry_flow[e]] = True
-        for e in range(n_ent):
-            if live[e] and newly[entry_flow[e]]:
-                live[e] = False
-                n_live -= 1
-                gone[local[e]] += 1
-        for j in range(n_links):
-            if cnt[j] > 0:
-                r = rem[j] - level * gone[j]
-                if r < 0.0:
-                    r = 0.0
-                rem[j] = r
-                cnt[j] -= gone[j]
-                gone[j] = 0
-        for f in range(n_flows):
-            if newly[f]:
+        n_b = 0
+        while len(heap) > 0 and heap[0][0] <= thr:
+            _s, j, v = heapq.heappop(heap)
+            if v == ver[j] and cnt[j] > 0:
+                bott[n_b] = j
+                n_b += 1
+        n_t = 0
+        for b in range(n_b):
+            j = bott[b]
+            for k in range(l_start[j], l_start[j + 1]):
+                f = entry_flow[l_ent[k]]
+                if frozen[f]:
+                    continue
+                frozen[f] = True
                 rate[f] = level
-                newly[f] = False
+                for m in range(f_cnt[f], f_cnt[f + 1]):
+                    lk = local[f_ent[m]]
+                    if gone[lk] == 0:
+                        touched[n_t] = lk
+                        n_t += 1
+                    gone[lk] += 1
+        for t in range(n_t):
+            lk = touched[t]
+            r = rem[lk] - level * gone[lk]
+            if r < 0.0:
+                r = 0.0
+            rem[lk] = r
+            cnt[lk] -= gone[lk]
+            gone[lk] = 0
+            ver[lk] += 1
+            if cnt[lk] > 0:
+                heapq.heappush(heap, (rem[lk] / cnt[lk], lk, ver[lk]))
     return rate
 
 
