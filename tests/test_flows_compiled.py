@@ -1,6 +1,6 @@
 """The flow engine's compiled allocation (``twin.kernel.maxmin_jit``, used for components of
-``twin.kernel.flows._JIT_FLOWS`` flows or more) against its NumPy / Python form and the plain
-references of ``tests/test_flows_reference.py``.
+``twin.kernel.flows._JIT_FLOWS`` flows or more once a run has made ``_JIT_AFTER`` of them)
+against its NumPy / Python form and the plain references of ``tests/test_flows_reference.py``.
 
 The compiled forms promise the same IEEE operations in the same order, so the comparisons
 with the NumPy form are exact (bit for bit), not within a tolerance; the comparisons with the
@@ -158,6 +158,7 @@ def _rings(seed: int, n: int = 14):
 
 def _run(transfers, threshold, monkeypatch, cap):
     monkeypatch.setattr(flows, "_JIT_FLOWS", threshold)
+    monkeypatch.setattr(flows, "_JIT_AFTER", -1)
     calls = []
     real = flows._step_targets_compiled
 
@@ -202,4 +203,5 @@ def test_the_compiled_allocation_passes_the_fluid_reference_tests(name, monkeypa
     """The reference file's step-barrier and random-workload tests (against the plain fluid
     simulation), with every component allocated by the compiled forms."""
     monkeypatch.setattr(flows, "_JIT_FLOWS", 0)
+    monkeypatch.setattr(flows, "_JIT_AFTER", -1)
     getattr(ref, name)()

@@ -42,8 +42,12 @@ __all__ = ["FlowNetwork", "Transfer", "max_min_rates"]
 _FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
 # components of at least this many flows are allocated by the compiled forms of the max-min
 # solve and the step targets (``twin.kernel.maxmin_jit``: the same numbers to the last bit;
-# below it their call and input packing cost more than they save)
+# below it their call and input packing cost more than they save), once a run has made more
+# than _JIT_AFTER such allocations (numba's import and cache load, ~0.6 s, pays only for a
+# run that makes many: the 1024-device jitter run makes ~10^5; the Llama 3 405B layout on
+# 16384 GPUs makes 13,431 and is 0.6 s slower with them compiled from the first)
 _JIT_FLOWS = 24
+_JIT_AFTER = 20_000
 
 
 def _compiled():
@@ -120,6 +124,7 @@ class FlowNetwork:
         self.cache_hits = 0      # allocations reused from the route-pattern cache
         self.solo_starts = 0     # of which fresh transfers alone in their component
         self._scratch: np.ndarray | None = None  # link -> local index table (compiled path)
+        self._large = 0  # allocations of _JIT_FLOWS or more flows so far
 
     # ----------------------------------------------------------------- public
     def transfer(self, routes: Sequence[Sequence[int]], nbytes: Sequence[float] | np.ndarray,
@@ -445,6 +450,7 @@ class FlowNetwork:
                 tols.append(tol)
                 n += k
             comp.slices = slices
+            use_jit = self._compiled_pays(n)
         else:
             slices, ent_f, ent_l, tols = [], [], [], []
             n = 0
@@ -461,7 +467,8 @@ class FlowNetwork:
             comp.slices = slices
             entry_flow = np.concatenate(ent_f) if ent_f else np.empty(0, dtype=np.int64)
             entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
-            if n >= _JIT_FLOWS:
+            use_jit = self._compiled_pays(n)
+            if use_jit:
                 if self._scratch is None:
                     self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)
                 rate, ulinks, inv = _compiled().compact_max_min(
@@ -481,7 +488,7 @@ class FlowNetwork:
         comp.tol = tols[0] if len(tols) == 1 else np.concatenate(tols)
         comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
                                   count=len(comp.slices))
-        if len(rate) >= _JIT_FLOWS:
+        if use_jit:
             to_go, comp.target = _step_targets_compiled(comp.slices, rate)
         else:
             rems, targets, stepped = [], [], False
@@ -507,6 +514,14 @@ class FlowNetwork:
         if solo_ok and comp.target is None and key in self._allocs:
             self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
         self._arm(comp, dt)
+
+    def _compiled_pays(self, n: int) -> bool:
+        """Whether an allocation of ``n`` flows takes the compiled forms (``_JIT_FLOWS``,
+        ``_JIT_AFTER``); counts the large allocations."""
+        if n < _JIT_FLOWS:
+            return False
+        self._large += 1
+        return self._large > _JIT_AFTER
 
     def _arm(self, comp: Component, dt: float) -> None:
         """Set the component's timer ``dt`` seconds from now (void once it changes again)."""
