@@ -145,6 +145,19 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
 
 
 @numba.njit(cache=True, nogil=True)
+def _max_min(x: np.ndarray, lo: int, hi: int) -> tuple[float, float]:  # pragma: no cover
+    """``(max, min)`` of ``x[lo:hi]`` (``hi > lo``), as Python's ``max`` / ``min`` of it."""
+    x_max = x[lo]
+    x_min = x[lo]
+    for k in range(lo + 1, hi):
+        if x[k] > x_max:
+            x_max = x[k]
+        if x[k] < x_min:
+            x_min = x[k]
+    return x_max, x_min
+
+
+@numba.njit(cache=True, nogil=True)
 def step_targets(rate: np.ndarray, lo: np.ndarray, hi: np.ndarray, act: np.ndarray,
                  f_lo: np.ndarray, remaining: np.ndarray, per_step: np.ndarray,
                  parked: np.ndarray, step_size: np.ndarray, uniform: np.ndarray,
@@ -166,20 +179,8 @@ def step_targets(rate: np.ndarray, lo: np.ndarray, hi: np.ndarray, act: np.ndarr
         if n_act == 0:
             continue  # (never asked: a slice has active flows)
         if uniform[i] and n_act == n_all:
-            r_max = rate[a]
-            r_min = rate[a]
-            for k in range(a + 1, b):
-                if rate[k] > r_max:
-                    r_max = rate[k]
-                if rate[k] < r_min:
-                    r_min = rate[k]
-            m_max = remaining[f0]
-            m_min = remaining[f0]
-            for k in range(f0 + 1, f1):
-                if remaining[k] > m_max:
-                    m_max = remaining[k]
-                if remaining[k] < m_min:
-                    m_min = remaining[k]
+            r_max, r_min = _max_min(rate, a, b)
+            m_max, m_min = _max_min(remaining, f0, f1)
             if r_max - r_min <= 1e-9 * r_max and m_max - m_min <= 1e-9 * step_size[f0]:
                 continue
         top = 0.0
