@@ -44,8 +44,8 @@ _FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
 # solve and the step targets (``twin.kernel.maxmin_jit``: the same numbers to the last bit;
 # below it their call and input packing cost more than they save), once a run has made more
 # than _JIT_AFTER such allocations (numba's import and cache load, ~0.6 s, pays only for a
-# run that makes many: the 1024-device jitter run makes ~10^5; the Llama 3 405B layout on
-# 16384 GPUs makes 13,431 and is 0.6 s slower with them compiled from the first)
+# run that makes many: the 1024-device jitter run passes it; the 256-device one makes 8,125;
+# the Llama 3 405B layout on 16384 GPUs 13,431, and is 0.6 s slower compiled from the first)
 _JIT_FLOWS = 24
 _JIT_AFTER = 20_000
 
