@@ -133,6 +133,30 @@ def test_compiled_step_targets_of_several_transfers_in_one_call(seed):
     assert to_go.tobytes() == (rem - expect).tobytes()
 
 
+def test_compiled_step_targets_take_the_methods_shortcut_on_every_slice():
+    """A uniform ring whose rates differ by 0.9e-9 and remaining bytes by 0.9e-9 of a step:
+    the method's cheap in-step check (rates and bytes within 1e-9) says None, though its
+    general check would not (the times to the step's end differ by ~1.8e-9 of a step's time).
+    As the second slice of a call, after any stepped transfer, it must still get None."""
+    rng = np.random.default_rng(7)
+    first, act0, rate0 = _stepped_state(rng)
+    tr = Transfer(1, [np.array([j]) for j in range(4)], np.full(4, 48.0), 0.0,
+                  simpy.Environment(), 0.0, steps=4)
+    tr.remaining[:] = 1.999 * 12.0
+    tr.remaining[0] += 0.9e-9 * 12.0
+    act = np.arange(4)
+    rate = np.array([5.0, 5.0, 5.0, 5.0 * (1 + 0.9e-9)])
+    assert flows.FlowNetwork._step_target(tr, act, rate) is None
+    n0 = len(act0)
+    slices = [(first, 0, n0, act0), (tr, n0, n0 + 4, act)]
+    _to_go, got = flows._step_targets_compiled(slices, np.concatenate([rate0, rate]))
+    want0 = flows.FlowNetwork._step_target(first, act0, rate0)
+    if want0 is None:
+        assert got is None
+    else:
+        assert got[:n0].tobytes() == want0.tobytes() and not got[n0:].any()
+
+
 def _rings(seed: int, n: int = 14):
     """``n`` stepped transfers (rings of 3-8 flows, 2-8 steps, equal or unequal sizes; drawn
     from 5 patterns, keyed, so that some allocations come from the pattern cache) and

@@ -93,23 +93,20 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
         f_ent[f_pos[f]] = e
         f_pos[f] += 1
     ver = np.zeros(n_links, dtype=np.int64)
-    heap = [(np.inf, np.int64(0), np.int64(0))]
-    heap.pop()
-    for j in range(n_links):
-        if cnt[j] > 0:
-            heapq.heappush(heap, (rem[j] / cnt[j], np.int64(j), np.int64(0)))
+    # (share, link, version): an entry is live while its version is the link's
+    heap = [(rem[j] / cnt[j], j, ver[j]) for j in range(n_links) if cnt[j] > 0]
+    heapq.heapify(heap)
     frozen = np.zeros(n_flows, dtype=np.bool_)
     gone = np.zeros(n_links, dtype=np.int64)
     touched = np.empty(n_links, dtype=np.int64)
     bott = np.empty(n_links, dtype=np.int64)
     while len(heap) > 0:
-        top, j, v = heap[0]
+        level, j, v = heapq.heappop(heap)
         if v != ver[j] or cnt[j] == 0:
-            heapq.heappop(heap)
-            continue
-        level = top
+            continue  # a stale share
         thr = level * (1 + 1e-12)
-        n_b = 0
+        bott[0] = j
+        n_b = 1
         while len(heap) > 0 and heap[0][0] <= thr:
             _s, j, v = heapq.heappop(heap)
             if v == ver[j] and cnt[j] > 0:
