@@ -19,7 +19,9 @@ engine keeps active transfers in *components* (transfers connected through share
 recomputes rates only for the component an event touches. A component whose transfers all follow
 route patterns seen before (callers pass a ``key`` naming the pattern) reuses the cached
 allocation of that combination of patterns. Both are exact: the allocation of a component
-does not depend on traffic outside it, nor on bytes remaining.
+does not depend on traffic outside it, nor on bytes remaining. Large components (``_JIT_FLOWS``
+flows, once a run has made ``_JIT_AFTER`` such allocations) are solved by the compiled forms
+in ``twin.kernel.maxmin_jit``, which give the same numbers to the last bit.
 
 This module is kernel: it knows links only as array indices with capacities, nothing of GPUs.
 """

@@ -6,11 +6,11 @@ stepped transfer. A component of a run without rank symmetry on thousands of dev
 parallel rings crossing the tensor-parallel groups' links, out of step under jitter) holds
 tens of transfers and hundreds of flows and is re-allocated at every ring step of every flow,
 so these dominate there. The functions below do the same IEEE float64 operations on the same
-values in the same order (no fast-math): the rates and targets are the same to the last bit,
-and the engine uses them only above a component size at which they pay for their call
-(``tests/test_flows_reference.py`` compares both forms bit for bit).
-
-Imported when first used (numba's import costs ~0.3 s; small runs never need it).
+values in the same order (no fast-math): the rates and targets are the same to the last bit
+(``tests/test_flows_compiled.py`` compares both forms bit for bit). The engine uses them for
+components of ``twin.kernel.flows._JIT_FLOWS`` flows or more, once a run has made
+``_JIT_AFTER`` such allocations: numba's import and cache load (~0.6 s) pay only for runs that
+make many, so small runs never import this module.
 """
 
 from __future__ import annotations
