@@ -47,6 +47,30 @@ def test_wrong_type():
     assert p.path == "workload.global_batch" and "integer" in p.message
 
 
+@pytest.mark.parametrize(("key", "value", "path", "wants"), [
+    ("workload__iterations", True, "workload.iterations", "integer"),  # lax mode: 1 iteration
+    ("seed", False, "seed", "integer"),
+    ("cluster__links_per_edge", True, "cluster.links_per_edge", "integer"),
+    ("cluster__topology", {"kind": "torus2d", "shape": [4, True]},
+     "cluster.topology.shape.1", "integer"),
+    ("workload__grad_bucket_mb", True, "workload.grad_bucket_mb", "number"),
+    ("overlap", {"tp_comm": 1}, "overlap.tp_comm", "true or false"),
+    ("simulation__exact", "no", "simulation.exact", "true or false"),
+    ("workload__sequence_parallel", 0.0, "workload.sequence_parallel", "true or false"),
+])
+def test_booleans_and_numbers_are_not_read_as_each_other(key, value, path, wants):
+    (p,) = _problems(scenario_dict(**{key: value}))
+    assert p.path == path and "wrong type" in p.message and wants in p.allowed
+    assert p.value is not None  # the value given is named
+
+
+def test_a_number_that_yaml_reads_as_text_still_reads_as_a_number():
+    # PyYAML (YAML 1.1) reads 1e6 without a dot as the text "1e6"
+    assert yaml.safe_load("x: 1e6")["x"] == "1e6"
+    s = load_scenario(scenario_dict(workload__grad_bucket_mb="1e6", overlap={"tp_comm": True}))
+    assert s.workload.grad_bucket_mb == 1e6 and s.overlap.tp_comm is True
+
+
 def test_unknown_catalog_name_lists_entries():
     (p,) = _problems(scenario_dict(cluster__device="h900"))
     assert p.path == "cluster.device" and "h100-sxm" in p.allowed

@@ -6,10 +6,13 @@ immutable after validation, and the field path of any error is reported to the u
 
 from __future__ import annotations
 
+import types
+import typing
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from twin.kernel.errors import Problem, ScenarioError
 
@@ -62,12 +65,106 @@ def merge_problems(first: list[Problem], more: list[Problem]) -> list[Problem]:
     return [*first, *(p for p in more if not covered(p.path))]
 
 
+@cache
+def _scalar_kinds(annotation: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """What a field's type accepts as a plain value and as the items of a list: two sets of
+    ``"bool"``, ``"number"``, ``"str"``, ``"none"``, ``"list"`` and ``"other"`` (models,
+    mappings, paths, ``Any``), from its annotation (unions, ``Optional``, ``Literal`` and
+    ``Annotated`` unwrapped)."""
+    top: set[str] = set()
+    items: set[str] = set()
+    todo = [annotation]
+    while todo:
+        a = todo.pop()
+        origin = typing.get_origin(a)
+        if origin is Annotated:
+            todo.append(typing.get_args(a)[0])
+        elif origin is typing.Union or origin is types.UnionType:
+            todo.extend(typing.get_args(a))
+        elif origin is Literal:
+            top.update(_kind(v) for v in typing.get_args(a))
+        elif origin in (list, tuple, set, frozenset):
+            for arg in typing.get_args(a):
+                if arg is not Ellipsis:
+                    items |= _scalar_kinds(arg)[0]
+            top.add("list")
+        elif a is bool or a is int or a is float or a is str or a is type(None):
+            top.add({bool: "bool", int: "number", float: "number", str: "str"}.get(a, "none"))
+        else:
+            top.add("other")
+    return frozenset(top), frozenset(items)
+
+
+def _kind(value: Any) -> str:
+    """The scalar kind of a value (see :func:`_scalar_kinds`)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "str" if isinstance(value, str) else "other"
+
+
+def _converted(value: Any, kinds: frozenset[str]) -> bool:
+    """Whether pydantic's lax mode would convert the scalar ``value`` between a boolean and
+    a number to fit a field accepting ``kinds``: true/false to 1/0, or a number or a text
+    such as ``"no"`` to a boolean. (A text of digits still reads as a number: PyYAML reads
+    ``1e6`` without a dot as a text.)"""
+    kind = _kind(value)
+    if kind == "other" or "other" in kinds or kind in kinds:
+        return False
+    return (kind == "bool" and "number" in kinds) or (
+        "bool" in kinds and not kinds & {"number", "str"})
+
+
+class WrongKind:
+    """Stands for a value of the wrong kind (see :meth:`StrictModel._no_lax_scalars`): no
+    field accepts it, so pydantic reports a wrong type at the field, given the value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:  # as the YAML gave it
+        return str(self.value).lower() if isinstance(self.value, bool) else repr(self.value)
+
+
 class StrictModel(BaseModel):
     """Base of every input model: forbids unknown keys, frozen, validates defaults, and
-    refuses NaN and infinity in every float field (``allow_inf_nan=False``)."""
+    refuses NaN and infinity in every float field (``allow_inf_nan=False``).
+
+    Booleans and numbers are not converted into each other: pydantic's lax mode would read
+    ``true`` as 1 in a number field (``iterations: true`` would run one iteration) and a
+    number or the text ``"no"`` as a boolean; here each is a wrong type at its field (items
+    of a list of numbers too).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lax_scalars(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = None
+        for name, field in cls.model_fields.items():
+            key = field.alias or name
+            if key not in data:
+                continue
+            value = data[key]
+            top, items = _scalar_kinds(field.annotation)
+            if _converted(value, top):
+                value = WrongKind(value)
+            elif isinstance(value, (list, tuple)) and items and any(
+                    _converted(v, items) for v in value):
+                value = [WrongKind(v) if _converted(v, items) else v for v in value]
+            else:
+                continue
+            if out is None:
+                out = dict(data)
+            out[key] = value
+        return data if out is None else out
 
 
 
