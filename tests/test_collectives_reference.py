@@ -280,3 +280,53 @@ def test_ring_steps_synchronise_under_rotating_background():
     assert end[0] == pytest.approx(ref[0], rel=1e-9)
     drift = fluid(fab.capacity, [dict(jobs[0], steps=1), *jobs[1:]])
     assert ref[0] > drift[0] * 1.02
+
+
+def test_a_lock_step_ring_runs_at_its_slowest_members_rate():
+    """A ring phase the caller lets go lock-step (``Fabric.allow_lockstep``, fast mode
+    without rank symmetry): alone on its links, the time of the per-flow bulk-synchronous
+    model to rounding; under the rotating background of the test above, every member runs
+    at the rate of the member sharing a link with the message, cap / 2, while a message
+    drains, and at cap in the message's latency before the next starts (worked by hand
+    below); never faster than the per-flow model."""
+    ring = np.arange(4)[None, :]
+
+    def ring_time(lockstep: bool, background: bool) -> tuple[float, Fabric]:
+        env, _topo, fab = _fabric()
+        fab.lockstep_rings = lockstep
+        (ph,) = C.ring_allreduce(ring, 256e6)
+        fab.allow_lockstep([ph])
+        bg = [Phase(np.array([k % 4]), np.array([(k + 1) % 4]), np.array([24e6]))
+              for k in range(40)] if background else []
+        end = []
+
+        def coll():
+            yield from fab.run_phase(ph)
+            end.append(env.now)
+
+        def rotate():
+            for b in bg:
+                yield from fab.run_phase(b)
+        env.process(coll())
+        env.process(rotate())
+        env.run()
+        return end[0], fab
+
+    alone, fab = ring_time(True, False)
+    assert fab.lockstep_transfers == 1
+    per_flow, fab0 = ring_time(False, False)
+    assert fab0.lockstep_transfers == 0
+    assert alone == pytest.approx(per_flow, rel=1e-12)
+    busy, fab = ring_time(True, True)
+    (ph,) = C.ring_allreduce(ring, 256e6)
+    alpha = fab.step_latency(tuple(fab.router.route(0, 1)))
+    cap = float(fab.capacity[fab.router.route(0, 1)[0]])
+    assert ph.steps == 6 and float(ph.nbytes[0]) == 64e6
+    member = 6 * 64e6  # bytes each member sends
+    drain = 24e6 / (cap / 2)  # a message at half the link; the ring too, meanwhile
+    per_cycle = 24e6 + cap * alpha  # ring bytes per message: half a link, then a whole one
+    n = int(member // per_cycle)
+    left = member - n * per_cycle
+    tail = left / (cap / 2) if left <= 24e6 else drain + (left - 24e6) / cap
+    assert busy == pytest.approx(n * (drain + alpha) + tail + 6 * alpha, rel=1e-9)
+    assert busy >= ring_time(False, True)[0]

@@ -46,6 +46,24 @@ def test_fast_mode_agrees_with_exact_mode(case):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
 
 
+@pytest.mark.parametrize("case", ["1f1b", "interleaved"])
+def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
+    """Compute jitter: every rank draws its own durations, the same draws in both modes;
+    the fast mode chains transfers and sends tensor-parallel rings as lock-step flows
+    (``devices.fabric._lockstep``), the exact mode runs every flow of every ring step by
+    step in its own process."""
+    runs = {}
+    for exact in (False, True):
+        d = _scenario(exact, **CASES[case])
+        d["simulation"]["compute_jitter_cov"] = 0.05
+        runs[exact] = run(load_scenario(d)).summary
+    fast, exact = runs[False], runs[True]
+    assert not fast["symmetry_used"] and "lockstep_rings" in fast["shortcuts_used"]
+    assert fast["lockstep_ring_transfers"] > 0 == exact["lockstep_ring_transfers"]
+    for key in ("iteration_time_s", "energy_j", "makespan_s"):
+        assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
+
+
 # ----------------------------------------------------------------- microbatch aggregation
 # Deterministic symmetric runs without thermal dynamics and without a trace simulate three
 # reduced microbatch counts and extrapolate (twin.aggregate); the exact mode simulates every

@@ -246,6 +246,29 @@ def test_cancel_returns_the_undelivered_bytes():
     assert not tr.finished
 
 
+def test_a_flow_crossing_a_link_twice_takes_two_shares_of_it():
+    """A lock-step ring (``devices.fabric._lockstep``) is one flow listing a link once per
+    member crossing it. Worked by hand: link 0 (10 B/s) crossed twice, link 1 (8 B/s) once
+    and by a second flow: fair shares 10 / 2 = 5 and 8 / 2 = 4, so both flows freeze at 4
+    B/s (the lock-step flow then uses 8 of link 0's 10); 40 B take 10 s, and the second
+    flow's last 20 B then run alone at 8 B/s."""
+    assert max_min_rates(np.array([0, 0, 0, 1]), np.array([0, 0, 1, 1]), 2,
+                         np.array([10.0, 8.0])).tolist() == [4.0, 4.0]
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0, 8.0]))
+    ends = {}
+    a = net.transfer([[0, 0, 1]], [40.0])
+    b = net.transfer([[1]], [60.0])
+    for name, tr in (("a", a), ("b", b)):
+        tr.on_done.append(lambda _t, n=name: ends.setdefault(n, env.now))
+    env.run()
+    assert ends == pytest.approx({"a": 10.0, "b": 10.0 + 20.0 / 8.0})
+    # alone, link 0 is its bottleneck: 10 / 2 = 5 B/s
+    assert max_min_rates(np.array([0, 0, 0]), np.array([0, 0, 1]), 1,
+                         np.array([10.0, 8.0])).tolist() == [5.0]
+    assert net.link_bytes.tolist() == pytest.approx([80.0, 100.0])  # twice on link 0
+
+
 # ----------------------------------------------------------------------------- steps
 def test_bulk_synchronous_steps_wait_for_the_slowest_flow():
     """Two flows of 4 steps; a background transfer slows flow 0 during step 1 only (it lasts

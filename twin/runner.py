@@ -102,6 +102,14 @@ def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
             and type(recorder) is Recorder)
 
 
+def uses_lockstep_rings(scen: Scenario) -> bool:
+    """Whether ring phases go to the flow engine as one lock-step flow each
+    (``devices.fabric._lockstep``): chained transfers (fast mode, flow model, no faults) and
+    rank symmetry off (jitter, positions), where rings run out of step and the per-flow
+    model pays an event per ring step on components spanning the cluster."""
+    return uses_chaining(scen) and not scen.symmetric
+
+
 def uses_quotient(scen: Scenario) -> bool:
     """Whether a run may send one representative replica's flows on the quotient network of
     a replica shift (``devices.replicas``): rank symmetry on, the flow model, no faults of any
@@ -139,7 +147,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     fabric = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
                     model=net.model, packet_bytes=net.packet_kib * 1024,
                     retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink,
-                    hbm_ports=transfers_capped(scen))
+                    hbm_ports=transfers_capped(scen),
+                    lockstep_rings=uses_lockstep_rings(scen) and not quotient)
     if quotient:
         fabric.set_quotient(quotient_for(model.layout, model.router, fabric))
     rngs = RngStreams(scen.seed)

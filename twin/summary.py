@@ -122,12 +122,15 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
             ("symmetry", model.symmetric), ("chained_transfers", ex.chained),
             ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
+            ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0),
             ("run_ahead", getattr(ex, "run_ahead_ops", 0) > 0)) if used],
         # flows of one replica per orbit on the quotient network (devices.replicas): the
         # shift's order (flows of the full network per simulated flow), 1 when not used
         "replica_orbit": (fabric.quotient.order
                           if getattr(fabric, "quotient", None) is not None else 1),
         "replica_quotient_fallback": getattr(fabric, "quotient_fallback", None),
+        # ring phases sent as one lock-step flow each (devices.fabric._lockstep)
+        "lockstep_ring_transfers": int(getattr(fabric, "lockstep_transfers", 0)),
         # tensor-parallel collectives costed in closed form (workloads.executor)
         "tp_closed_form_collectives": int(getattr(ex, "closed_form_collectives", 0)),
         # compute blocks and TP collectives an agent ran ahead of the clock (one event for a

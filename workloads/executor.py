@@ -576,6 +576,8 @@ class Executor:
                                                    self.layout.topo)
             if self.layout.protocols == "nccl":
                 phases = nccl.tune_phases(algo, phases, nbytes, groups.shape[1], self.fabric)
+            if kind == "tp":  # (devices.fabric._lockstep: why not the other kinds)
+                self.fabric.allow_lockstep(phases)
             self._phase_cache[key] = phases
         return phases
 
