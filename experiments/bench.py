@@ -10,7 +10,9 @@ Sections (each prints its own table with the target beside each measurement):
 * contention - GPT-3 175B on 64 devices with the contention model vs roofline (wall ratio);
 * startup  - wall time of `twin --help`, `twin check` and `twin run` of the quickstart;
 * modes    - fast mode vs ``simulation.exact: true`` side by side per configuration (wall,
-  events, peak memory, ratio, disagreement).
+  events, peak memory, ratio, disagreement);
+* lockstep - lock-step tensor-parallel rings on and off in jittered runs (CPU, events, ratio,
+  difference).
 
 ``python -m experiments.bench [--only SECTION ...] [--quick]`` (``--quick``: the small
 configurations of the sections that have large ones). Timings come from this machine under its
@@ -34,6 +36,7 @@ SECTIONS = {
     "contention": "experiments.bench_contention",
     "startup": "experiments.bench_startup",
     "modes": "experiments.bench_modes",
+    "lockstep": "experiments.bench_lockstep",
 }
 #: Sections whose ``run`` takes ``quick`` (small configurations only).
 QUICK = {"modes"}

@@ -62,6 +62,11 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     assert fast["lockstep_ring_transfers"] > 0 == exact["lockstep_ring_transfers"]
     for key in ("iteration_time_s", "energy_j", "makespan_s"):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
+    d = _scenario(False, **CASES[case])
+    d["simulation"].update(compute_jitter_cov=0.05, lockstep_rings=False)
+    off = run(load_scenario(d)).summary
+    assert off["lockstep_ring_transfers"] == 0 and "lockstep_rings" not in off["shortcuts_used"]
+    assert off["iteration_time_s"] == pytest.approx(exact["iteration_time_s"], rel=5e-3)
 
 
 # ----------------------------------------------------------------- microbatch aggregation

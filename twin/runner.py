@@ -107,7 +107,7 @@ def uses_lockstep_rings(scen: Scenario) -> bool:
     (``devices.fabric._lockstep``): chained transfers (fast mode, flow model, no faults) and
     rank symmetry off (jitter, positions), where rings run out of step and the per-flow
     model pays an event per ring step on components spanning the cluster."""
-    return uses_chaining(scen) and not scen.symmetric
+    return uses_chaining(scen) and not scen.symmetric and scen.simulation.lockstep_rings
 
 
 def uses_quotient(scen: Scenario) -> bool:

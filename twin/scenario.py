@@ -130,6 +130,10 @@ class SimulationSpec(StrictModel):
                                    "symmetry, every transfer and collective as its own "
                                    "process); the summary's shortcuts_used lists the ones a "
                                    "run took")
+    lockstep_rings: bool = Field(
+        default=True, description="fast mode without rank symmetry: tensor-parallel rings "
+        "as one lock-step flow each (devices.fabric._lockstep); false: flow by flow, step by "
+        "step, as in exact mode")
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, le=10.0, description="coefficient of variation of compute-op durations "
         "(lognormal, mean one); > 0 makes runs depend on the seed; at most 10 (sigma 2.15: "
