@@ -252,32 +252,44 @@ def test_fabric_runs_the_phases_as_the_fluid_reference(algorithm, op, kind, shap
     assert env.now == pytest.approx(expect, rel=1e-9)
 
 
-def test_ring_steps_synchronise_under_rotating_background():
-    """Issue 15: a 4-device ring all-reduce while point-to-point background messages rotate
-    over the ring's links. Each step waits for its slowest pair (bulk-synchronous, like the
-    packet model); the earlier flow model let the steps drift apart and was optimistic."""
+def _ring_under_rotation(lockstep: bool = False, background: bool = True):
+    """A 4-device ring all-reduce of 256 MB on a 4x1 torus, with 40 point-to-point messages
+    of 24 MB rotating over the ring's links one after the other (or none); returns the
+    ring's end time, the fabric, the ring phase and the messages. ``lockstep``: the fabric
+    may send the ring as one lock-step flow (``Fabric.allow_lockstep``)."""
     env, _topo, fab = _fabric()
-    ring = np.arange(4)[None, :]
-    (ph,) = C.ring_allreduce(ring, 256e6)
-    bg = [Phase(np.array([k % 4]), np.array([(k + 1) % 4]), np.array([24e6])) for k in range(40)]
+    fab.lockstep_rings = lockstep
+    (ph,) = C.ring_allreduce(np.arange(4)[None, :], 256e6)
+    fab.allow_lockstep([ph])
+    bg = [Phase(np.array([k % 4]), np.array([(k + 1) % 4]), np.array([24e6]))
+          for k in range(40)] if background else []
     end = []
 
     def coll():
         yield from fab.run_phase(ph)
         end.append(env.now)
 
-    def background():
+    def rotate():
         for b in bg:
             yield from fab.run_phase(b)
     env.process(coll())
-    env.process(background())
+    env.process(rotate())
     env.run()
+    return end[0], fab, ph, bg
+
+
+def test_ring_steps_synchronise_under_rotating_background():
+    """Issue 15: a 4-device ring all-reduce while point-to-point background messages rotate
+    over the ring's links. Each step waits for its slowest pair (bulk-synchronous, like the
+    packet model); the earlier flow model let the steps drift apart and was optimistic."""
+    end, fab, ph, bg = _ring_under_rotation()
+    assert fab.lockstep_transfers == 0
     # the reference: the background messages one after the other (each starts when the
     # previous one has completed)
     jobs = [_as_reference(fab, ph)] + [dict(_as_reference(fab, b), after=k if k else None)
                                        for k, b in enumerate(bg)]
     ref = fluid(fab.capacity, jobs)
-    assert end[0] == pytest.approx(ref[0], rel=1e-9)
+    assert end == pytest.approx(ref[0], rel=1e-9)
     drift = fluid(fab.capacity, [dict(jobs[0], steps=1), *jobs[1:]])
     assert ref[0] > drift[0] * 1.02
 
@@ -289,36 +301,10 @@ def test_a_lock_step_ring_runs_at_its_slowest_members_rate():
     at the rate of the member sharing a link with the message, cap / 2, while a message
     drains, and at cap in the message's latency before the next starts (worked by hand
     below); never faster than the per-flow model."""
-    ring = np.arange(4)[None, :]
-
-    def ring_time(lockstep: bool, background: bool) -> tuple[float, Fabric]:
-        env, _topo, fab = _fabric()
-        fab.lockstep_rings = lockstep
-        (ph,) = C.ring_allreduce(ring, 256e6)
-        fab.allow_lockstep([ph])
-        bg = [Phase(np.array([k % 4]), np.array([(k + 1) % 4]), np.array([24e6]))
-              for k in range(40)] if background else []
-        end = []
-
-        def coll():
-            yield from fab.run_phase(ph)
-            end.append(env.now)
-
-        def rotate():
-            for b in bg:
-                yield from fab.run_phase(b)
-        env.process(coll())
-        env.process(rotate())
-        env.run()
-        return end[0], fab
-
-    alone, fab = ring_time(True, False)
+    alone, fab, _ph, _bg = _ring_under_rotation(lockstep=True, background=False)
     assert fab.lockstep_transfers == 1
-    per_flow, fab0 = ring_time(False, False)
-    assert fab0.lockstep_transfers == 0
-    assert alone == pytest.approx(per_flow, rel=1e-12)
-    busy, fab = ring_time(True, True)
-    (ph,) = C.ring_allreduce(ring, 256e6)
+    assert alone == pytest.approx(_ring_under_rotation(background=False)[0], rel=1e-12)
+    busy, fab, ph, _bg = _ring_under_rotation(lockstep=True)
     alpha = fab.step_latency(tuple(fab.router.route(0, 1)))
     cap = float(fab.capacity[fab.router.route(0, 1)[0]])
     assert ph.steps == 6 and float(ph.nbytes[0]) == 64e6
@@ -329,4 +315,4 @@ def test_a_lock_step_ring_runs_at_its_slowest_members_rate():
     left = member - n * per_cycle
     tail = left / (cap / 2) if left <= 24e6 else drain + (left - 24e6) / cap
     assert busy == pytest.approx(n * (drain + alpha) + tail + 6 * alpha, rel=1e-9)
-    assert busy >= ring_time(False, True)[0]
+    assert busy >= _ring_under_rotation()[0]
