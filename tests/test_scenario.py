@@ -180,7 +180,8 @@ def test_compute_jitter_cov_is_bounded_and_the_bound_runs(tmp_path, capsys):
     assert not (tmp_path / "bad.h5").exists()
     from twin.api import run
 
-    res = run(load_scenario(path, {"simulation.compute_jitter_cov": 10.0}), trace_path=None)
+    res = run(load_scenario(path, {"simulation.compute_jitter_cov": 10.0}),
+              trace_path=tmp_path / "ok.h5")
     assert math.isfinite(res.summary["iteration_time_s"]) and res.summary["iteration_time_s"] > 0
 
 
