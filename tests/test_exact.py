@@ -28,6 +28,8 @@ def _scenario(exact: bool, **workload) -> dict:
 
 CASES = {
     "1f1b": {},
+    # dp 1: no replica quotient; TP 8 rings cross the torus, not closed form
+    "tp8_pp2": {"parallelism": {"dp": 1, "tp": 8, "pp": 2}, "global_batch": 8},
     "interleaved": {"schedule": "interleaved", "virtual_stages": 2},
     "dp_tp": {"parallelism": {"dp": 4, "tp": 4, "pp": 1}, "global_batch": 8},
 }
@@ -39,6 +41,7 @@ def test_fast_mode_agrees_with_exact_mode(case):
     exact = run(load_scenario(_scenario(True, **CASES[case]))).summary
     assert fast["symmetry_used"] and "symmetry" in fast["shortcuts_used"]
     assert "chained_transfers" in fast["shortcuts_used"]
+    assert fast["lockstep_ring_transfers"] == 0  # with symmetry the rings stay per-flow
     assert exact["exact_mode"] and exact["shortcuts_used"] == []
     assert not exact["symmetry_used"] and exact["rank_classes"] == exact["devices"]
     assert exact["rank_classes"] > fast["rank_classes"]
@@ -67,6 +70,14 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     off = run(load_scenario(d)).summary
     assert off["lockstep_ring_transfers"] == 0 and "lockstep_rings" not in off["shortcuts_used"]
     assert off["iteration_time_s"] == pytest.approx(exact["iteration_time_s"], rel=5e-3)
+    # nor with HBM ports (memory.transfer_cap under a contention model): each member's port
+    # follows its own device's blocks, so the members' rates differ
+    d = _scenario(False, **CASES[case])
+    d["simulation"]["compute_jitter_cov"] = 0.05
+    d["memory"] = {"model": "frfcfs"}
+    d["overlap"] = {"tp_comm": True}
+    capped = run(load_scenario(d)).summary
+    assert capped["hbm_port_capped_s"] > 0 and capped["lockstep_ring_transfers"] == 0
 
 
 # ----------------------------------------------------------------- microbatch aggregation
