@@ -236,6 +236,21 @@ def test_cli_subprocess_no_traceback(tmp_path):
     assert "workload.parallelism" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """``twin check FILE | head -1``: once the reader has closed the pipe, the next write
+    fails; the command stops with the shell's SIGPIPE code and no traceback (the trace of a
+    run is written before its summary is printed)."""
+    path = _write(tmp_path, scenario_dict())
+    cmd = [sys.executable, "-c", "import sys; from twin.cli import main; sys.stdout.write("
+           "'x' * 200000); sys.exit(main(sys.argv[1:]))", "check", path]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc.stdout.read(10)  # more than a pipe holds is waiting to be written: then go away
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
 @pytest.mark.parametrize(("text", "kind"), [("", "null"), ("# only a comment\n", "null"),
                                              ("- 1\n- 2\n", "a list"), ("42\n", "a number")])
 @pytest.mark.parametrize("sub", ["check", "run"])

@@ -15,6 +15,9 @@ from typing import Any
 from twin.kernel.errors import Problem, ScenarioError, TraceError
 
 EXIT_BAD_INPUT = 2
+#: exit code when the reader of our output went away (``twin report | head``): the shell's
+#: code for a death by SIGPIPE, as other command-line tools give
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 def to_json(obj: Any) -> str:
@@ -480,6 +483,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the rest of the output has nowhere to go: point stdout at /dev/null so that the
+        # interpreter's final flush does not fail again (Python's documented recipe)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":
