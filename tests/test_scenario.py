@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -249,6 +250,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in err and "Exception ignored" not in err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_a_full_disk_is_an_error_message_not_a_traceback(tmp_path):
+    """Standard output on a full device (``/dev/full``: every write fails with ENOSPC)."""
+    path = _write(tmp_path, scenario_dict())
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "twin.cli", "check", path], stdout=full,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.returncode == 1
+    assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(("text", "kind"), [("", "null"), ("# only a comment\n", "null"),

@@ -18,6 +18,8 @@ EXIT_BAD_INPUT = 2
 #: exit code when the reader of our output went away (``twin report | head``): the shell's
 #: code for a death by SIGPIPE, as other command-line tools give
 EXIT_BROKEN_PIPE = 128 + 13
+#: exit code when the machine refuses (a full disk): not the input's fault
+EXIT_OS_ERROR = 1
 
 
 def to_json(obj: Any) -> str:
@@ -490,6 +492,14 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:  # the machine, not the input: a full disk, a vanished folder
+        import os
+
+        where = exc.filename if exc.filename is not None else "the output"
+        print(f"error: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        if exc.filename is None:  # most likely standard output: the final flush would fail
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OS_ERROR
 
 
 if __name__ == "__main__":
