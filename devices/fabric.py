@@ -61,9 +61,12 @@ def _lockstep(steps: int, routes: list, total: np.ndarray) -> bool:
     entries); when contention makes them differ, the per-flow model lets the faster members
     finish their step early and leave their links to others until the slowest reaches the
     barrier, an event per step and ring, while the lock-step flow runs all members at the
-    slowest one's rate and leaves the difference to others all along (the same bytes moved
-    at every instant's slowest rate, where the per-flow model lets each member integrate
-    its own rate over a step: lock-step is never faster for the ring itself).
+    slowest one's rate and leaves the difference to others all along. In one solve the
+    lock-step rate is the level at which the per-flow solve freezes the ring's first member
+    (the levels below it are the same), i.e. its slowest member's rate; over a step the
+    per-flow model lets each member integrate its own rate while lock-step takes the
+    instantaneous minimum, so a ring under varying contention is usually slower (measured
+    below; not a theorem: the other traffic's rates change too).
 
     Tensor-parallel rings only (``allow_lockstep``, from the executor): a TP group's ring is
     small and mostly alone on its links, so its members' rates are equal nearly always

@@ -5,8 +5,9 @@ GPT-3 175B on 2D tori (the ``modes`` section's scenario: tp 8, pp 8) with comput
 data-parallel all-reduce, whose rings cross the tensor-parallel groups' links, is a large part
 of the run: ``simulation.lockstep_rings`` true (the default, ``devices.fabric._lockstep``) and
 false (every ring flow by flow, step by step, as in exact mode). Prints CPU seconds, events,
-the speed-up and the relative difference of iteration time and energy (lock-step is never
-faster for a ring, so a difference is a positive one). Each run in its own subprocess.
+the speed-up and the relative difference of iteration time and energy (lock-step runs a
+ring at its slowest member's rate, so a difference is usually a positive one). Each run in
+its own subprocess.
 
 ``python -m experiments.bench_lockstep [--devices 256 1024] [--microbatches 4]``.
 """

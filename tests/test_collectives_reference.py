@@ -300,7 +300,7 @@ def test_a_lock_step_ring_runs_at_its_slowest_members_rate():
     model to rounding; under the rotating background of the test above, every member runs
     at the rate of the member sharing a link with the message, cap / 2, while a message
     drains, and at cap in the message's latency before the next starts (worked by hand
-    below); never faster than the per-flow model."""
+    below); here not faster than the per-flow model."""
     alone, fab, _ph, _bg = _ring_under_rotation(lockstep=True, background=False)
     assert fab.lockstep_transfers == 1
     assert alone == pytest.approx(_ring_under_rotation(background=False)[0], rel=1e-12)
