@@ -399,9 +399,11 @@ class Fabric:
                                       int(dst[0]) if len(dst) else -1,
                                       key[0] if key is not None else -1))
 
-    def start(self, phases: list[Phase], name: str = "", owner: int = -1) -> simpy.Event:
+    def start(self, phases: list[Phase], name: str = "", owner: int = -1,
+              done: simpy.Event | None = None) -> simpy.Event:
         """Run ``phases`` one after the other without a SimPy process (flow model, fault-free
-        runs): each transfer's completion starts the next; the event fires after the last.
+        runs): each transfer's completion starts the next; the event (``done`` if given, else
+        a new one) fires after the last.
 
         Falls back to a process running :meth:`run_phase` in the packet model or when a
         phase has no route (failures). Not interruptible: runs that can abort use
@@ -411,8 +413,12 @@ class Fabric:
             def body():
                 for ph in phases:
                     yield from self.run_phase(ph, name, owner)
-            return self.env.process(body())
-        done = self.env.event()
+            proc = self.env.process(body())
+            if done is not None:
+                proc.callbacks.append(lambda _e: done.succeed())
+            return proc
+        if done is None:
+            done = self.env.event()
         if phases:
             self._chain(phases, 0, name, owner, done)
         else:

@@ -80,6 +80,29 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     assert capped["hbm_port_capped_s"] > 0 and capped["lockstep_ring_transfers"] == 0
 
 
+def test_a_chained_tp_rendezvous_is_the_process_it_replaces(monkeypatch):
+    """Without symmetry a TP collective is a rendezvous of its group's classes; chained runs
+    start it without a process (``Executor._chain_collective``). The same transfers at the
+    same times: every summary number equal to the process path's, with fewer events."""
+    from workloads.executor import Executor
+
+    d = _scenario(False, **CASES["tp8_pp2"])
+    d["simulation"]["compute_jitter_cov"] = 0.05
+    chained = run(load_scenario(d)).summary
+
+    def as_process(self, parts, gids, algo, nbytes, owner, start, done):
+        proc = self._spawn(self._run_collective("tp", parts, gids, algo, nbytes, owner, start))
+        proc.callbacks.append(lambda _e: done.succeed())
+
+    monkeypatch.setattr(Executor, "_chain_collective", as_process)
+    process = run(load_scenario(d)).summary
+    assert chained["events"] < process["events"]
+    for key in ("iteration_time_s", "energy_j", "makespan_s", "bytes_sent", "link_bytes",
+                "tp_comm_time_per_device_s", "compute_time_per_device_s"):
+        assert chained[key] == process[key], key
+    assert chained["energy_breakdown_j"] == process["energy_breakdown_j"]
+
+
 # ----------------------------------------------------------------- microbatch aggregation
 # Deterministic symmetric runs without thermal dynamics and without a trace simulate three
 # reduced microbatch counts and extrapolate (twin.aggregate); the exact mode simulates every

@@ -30,13 +30,28 @@ compute stream, and nothing takes SMs from the compute kernels. What each key tu
 
 FSDP prefetch (all-gathers and reduce-scatters beside compute) is ``workload.sharding.prefetch``;
 host-to-device copies run beside compute whenever the data path is on (``data``).
+
+Also here, for the executor: :func:`fuse_tp` (a stage program's TP / compute / TP runs as one
+``TPO`` instruction) and :class:`Fifo` (the TP communication stream of overlapped chunks).
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from twin.kernel.schema import StrictModel
+from workloads.schedules import COMPUTE, TP
+
+if TYPE_CHECKING:  # (the scenario schema imports this module: no simpy for `twin check`)
+    import simpy
+
+#: the fused ``(TP before, COMPUTE, TP after)`` instruction of tensor-parallel overlap
+#: (:func:`fuse_tp`; run by ``workloads.executor.Executor``)
+TPO = 100
 
 
 class OverlapSpec(StrictModel):
@@ -65,3 +80,71 @@ def chunk_block(block, n: int):
         return block
     return type(block)(block.name, tuple(replace(k, flops=k.flops / n, bytes=k.bytes / n)
                                          for k in block.kernels))
+
+
+class Fifo:
+    """A communication stream: jobs start one after the other in submission order. A job's
+    ``done`` event fires after the next job has started, so a compute block that resumes on
+    it already sees the next chunk's stream."""
+
+    def __init__(self, env: simpy.Environment, alive: Callable[[], bool]):
+        self.env = env
+        self.alive = alive
+        self.queue: deque = deque()
+        self.busy = False
+
+    def submit(self, start: Callable[..., simpy.Event], *args) -> simpy.Event:
+        """Queue ``start(*args)`` (which starts the job and returns its completion event)."""
+        done = self.env.event()
+        self.queue.append((start, args, done))
+        if not self.busy:
+            self._next()
+        return done
+
+    def _next(self) -> None:
+        if not self.queue or not self.alive():
+            self.busy = False
+            return
+        self.busy = True
+        start, args, done = self.queue.popleft()
+        ev = start(*args)
+
+        def finished(_e: object) -> None:
+            self._next()
+            if self.alive():
+                done.succeed()
+
+        if ev.callbacks is None:
+            finished(ev)
+        else:
+            ev.callbacks.append(finished)
+
+
+def fuse_tp(prog: list[tuple]) -> list[tuple]:
+    """``prog`` with every ``(TP allgather) (COMPUTE) (TP reduce_scatter | allreduce)`` run
+    (either TP side may be missing) fused into one ``(TPO, block, mb, chunk, layer, before,
+    after)`` instruction; ``before`` / ``after`` are ``(algo, nbytes)`` or None. TP
+    collectives not adjacent to a compute block (full recomputation's) stay blocking."""
+    out: list[tuple] = []
+    i = 0
+    while i < len(prog):
+        ins = prog[i]
+        if ins[0] != COMPUTE or ins[1] == "optimizer":
+            out.append(ins)
+            i += 1
+            continue
+        before = None
+        if out and out[-1][0] == TP and out[-1][1] == "allgather":
+            before = (out[-1][1], out[-1][2])
+            out.pop()
+        after = None
+        nxt = prog[i + 1] if i + 1 < len(prog) else None
+        if nxt is not None and nxt[0] == TP and nxt[1] in ("reduce_scatter", "allreduce"):
+            after = (nxt[1], nxt[2])
+            i += 1
+        if before is None and after is None:
+            out.append(ins)
+        else:
+            out.append((TPO, ins[1], ins[2], ins[3], ins[4], before, after))
+        i += 1
+    return out
