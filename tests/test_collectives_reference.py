@@ -316,3 +316,13 @@ def test_a_lock_step_ring_runs_at_its_slowest_members_rate():
     tail = left / (cap / 2) if left <= 24e6 else drain + (left - 24e6) / cap
     assert busy == pytest.approx(n * (drain + alpha) + tail + 6 * alpha, rel=1e-9)
     assert busy >= _ring_under_rotation()[0]
+
+
+def test_the_quotient_network_is_chosen_before_any_phase_is_planned():
+    """``Fabric.set_quotient`` swaps the flow engine's link ids: once a phase has been planned
+    (its routes cached on the full network) it is refused; clearing it (None) never is."""
+    _end, fab, _ph, _bg = _ring_under_rotation(background=False)
+    with pytest.raises(ValueError, match="before any phase"):
+        fab.set_quotient(object())  # (refused before the object is looked at)
+    fab.set_quotient(None)
+    assert fab.quotient is None

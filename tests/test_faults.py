@@ -482,6 +482,9 @@ def test_partitioned_device_waits_for_repair_or_ends_cleanly():
     s = res.summary
     assert s["completed"] and s["route_stalls"] >= 1 and s["makespan_s"] > 0.3
     assert s["bytes_sent"] == pytest.approx(s["bytes_received"], rel=1e-12)
+    # the phases that waited for a route move what they would have moved without the cut
+    healthy = _run(_scen(workload__iterations=2)).summary
+    assert s["bytes_sent"] == pytest.approx(healthy["bytes_sent"], rel=1e-12)
 
 
 def test_nic_failure_reroutes_through_the_nvswitch():
