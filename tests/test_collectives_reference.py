@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -326,3 +327,19 @@ def test_the_quotient_network_is_chosen_before_any_phase_is_planned():
         fab.set_quotient(object())  # (refused before the object is looked at)
     fab.set_quotient(None)
     assert fab.quotient is None
+
+
+def test_a_phase_without_routes_has_no_bottleneck():
+    """``Fabric.profile`` (the bottleneck and reach that pick NCCL's protocol) of a phase
+    whose pairs have no route (device 0 of a 4x1 torus cut off) or need none (a device to
+    itself): ``(inf, False, 0)``, nothing to wait for; with the route back, the link's."""
+    _env, _topo, fab = _fabric()
+    cut_off = Phase(np.array([0]), np.array([1]), np.array([1e6]))
+    itself = Phase(np.array([2]), np.array([2]), np.array([1e6]))
+    assert fab.profile(itself) == (math.inf, False, 0.0)
+    fab.fail_edge(0, 1)
+    fab.fail_edge(0, 3)
+    assert fab.profile(cut_off) == (math.inf, False, 0.0)
+    fab.restore_edge(0, 1)
+    cap, network, hop = fab.profile(cut_off)
+    assert cap == fab.capacity[fab.router.route(0, 1)[0]] and not network and hop > 0
