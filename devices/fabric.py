@@ -217,7 +217,7 @@ class Fabric:
         # for the phases the caller allows (allow_lockstep)
         self.lockstep_rings = lockstep_rings and model == "flow"
         self._lockstep_ok: set[Phase] = set()
-        self.lockstep_transfers = 0  # transfers sent so
+        self.lockstep_transfers = 0  # transfers sent as one lock-step flow so far
 
     # ----------------------------------------------------------------- accounting
     def _flow_counter(self, counter: np.ndarray, ids: np.ndarray, weighted: bool) -> np.ndarray:

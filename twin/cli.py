@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -476,30 +477,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser(argv).parse_args(argv)
     try:
         return args._cmd.run(args)
-    except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except TraceError as exc:
+    except (ScenarioError, TraceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # the rest of the output has nowhere to go: point stdout at /dev/null so that the
-        # interpreter's final flush does not fail again (Python's documented recipe)
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:  # the rest of the output has nowhere to go
+        _drop_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as exc:  # the machine, not the input: a full disk, a vanished folder
-        import os
-
         where = exc.filename if exc.filename is not None else "the output"
         print(f"error: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
-        if exc.filename is None:  # most likely standard output: the final flush would fail
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if exc.filename is None:  # most likely standard output
+            _drop_stdout()
         return EXIT_OS_ERROR
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's final flush of what is
+    still buffered does not fail again (Python's documented recipe for a broken pipe)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -106,11 +106,12 @@ def uses_lockstep_rings(scen: Scenario) -> bool:
     """Whether ring phases go to the flow engine as one lock-step flow each
     (``devices.fabric._lockstep``): chained transfers (fast mode, flow model, no faults) and
     rank symmetry off (jitter, positions), where rings run out of step and the per-flow
-    model pays an event per ring step on components spanning the cluster. (Not with HBM
-    ports either, ``transfers_capped``: each member's port is capped by its own device's
-    blocks, so the members' rates differ whenever those differ, and lock-step would then
-    change the answer; ``simulate`` checks that.)"""
-    return uses_chaining(scen) and not scen.symmetric and scen.simulation.lockstep_rings
+    model pays an event per ring step on components spanning the cluster; not with HBM
+    ports (``transfers_capped``): each member's port is capped by its own device's blocks,
+    so the members' rates differ whenever those differ, and lock-step would then change the
+    answer. (Symmetry off also means no replica quotient.)"""
+    return (uses_chaining(scen) and not scen.symmetric and scen.simulation.lockstep_rings
+            and not transfers_capped(scen))
 
 
 def uses_quotient(scen: Scenario) -> bool:
@@ -151,8 +152,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                     model=net.model, packet_bytes=net.packet_kib * 1024,
                     retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink,
                     hbm_ports=transfers_capped(scen),
-                    lockstep_rings=(uses_lockstep_rings(scen) and not quotient
-                                    and not transfers_capped(scen)))
+                    lockstep_rings=uses_lockstep_rings(scen))
     if quotient:
         fabric.set_quotient(quotient_for(model.layout, model.router, fabric))
     rngs = RngStreams(scen.seed)

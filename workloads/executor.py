@@ -529,16 +529,7 @@ class Executor:
         if len(parts) == 1:
             if self.chained and kind == "tp":  # nothing can abort it: no process needed
                 _parts, phases, closed = self._tp_plan(cls, algo, nbytes)
-                if closed:
-                    self.closed_form_collectives += 1
-                    ev = self.fabric.start_closed(phases, f"{kind}_{algo}", cls)
-                else:
-                    ev = self.fabric.start(phases, f"{kind}_{algo}", cls)
-                if self.comm_energy is not None:
-                    t0 = self.env.now
-                    ev.callbacks.append(lambda _e: self._comm_energy(
-                        parts, phases, t0, self._tp_energy_kind))
-                return ev
+                return self._start_tp(parts, phases, closed, algo, cls)
             return self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
         seq_key = (cls, kind)
         seq = self._seq[seq_key]
@@ -565,31 +556,40 @@ class Executor:
     def _chain_collective(self, parts: tuple[int, ...], gids: np.ndarray, algo: str,
                           nbytes: float, owner: int, start: float, done: simpy.Event) -> None:
         """:meth:`_run_collective` of a TP collective of several classes without a process
-        (chained runs: no failure can abort it): its phases as chained fabric transfers (or in
-        closed form) from ``start`` (s; a timeout first when the last arrival ran ahead of
-        the clock), then ``done`` succeeds. The same transfers at the same times as the
-        process, two to three events fewer per collective."""
+        (chained runs: no failure can abort it): :meth:`_start_tp` from ``start`` (s; a
+        timeout first when the last arrival ran ahead of the clock), ``done`` succeeding at
+        its end. The same transfers at the same times as the process, two to three events
+        fewer per collective."""
         if start > self.env.now:
             self.env.timeout_at(start).callbacks.append(lambda _e: self._chain_collective(
                 parts, gids, algo, nbytes, owner, start, done))
             return
         phases = self._phases("tp", parts, gids, algo, nbytes)
+        self._start_tp(parts, phases, self._closed("tp", parts, phases), algo, owner, done)
+
+    def _start_tp(self, parts: tuple[int, ...], phases: list, closed: bool, algo: str,
+                  owner: int, done: simpy.Event | None = None) -> simpy.Event:
+        """Start a TP collective's ``phases`` now, without a process: in closed form
+        (``closed``) or as chained fabric transfers; its communication energy is booked at
+        the end, before anything waiting on it resumes. Returns the event that fires then
+        (``done`` when given: the last transfer succeeds it itself when no energy is
+        booked)."""
         name = f"tp_{algo}"
-        if self._closed("tp", parts, phases):
+        if closed:
             self.closed_form_collectives += 1
             ev = self.fabric.start_closed(phases, name, owner)
-        elif self.comm_energy is None:  # the last transfer succeeds ``done`` itself
-            self.fabric.start(phases, name, owner, done=done)
-            return
+        elif self.comm_energy is None:
+            return self.fabric.start(phases, name, owner, done=done)
         else:
             ev = self.fabric.start(phases, name, owner)
-        t0 = self.env.now
-
-        def finished(_e: object) -> None:
-            self._comm_energy(parts, phases, t0, self._tp_energy_kind)
-            done.succeed()
-
-        ev.callbacks.append(finished)
+        if self.comm_energy is not None:
+            t0 = self.env.now
+            ev.callbacks.append(lambda _e: self._comm_energy(parts, phases, t0,
+                                                             self._tp_energy_kind))
+        if done is None:
+            return ev
+        ev.callbacks.append(lambda _e: done.succeed())
+        return done
 
     def _phases(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
                 nbytes: float) -> list:
