@@ -428,3 +428,19 @@ def test_jitter_sigma_gives_the_lognormal_coefficient_of_variation(cov):
     inverts that (0 for no jitter)."""
     s = Accelerator.sigma_for_cov(cov)
     assert math.sqrt(math.expm1(s * s)) == pytest.approx(cov, rel=1e-12, abs=1e-15)
+
+
+def test_communication_energy_with_one_data_parallel_rank():
+    """dp 1: the gradient buckets' all-reduces are groups of one rank, with no phases: they
+    book nothing (the run died in np.concatenate of no phases before), while the TP
+    collectives' HBM bytes and SMs still add energy."""
+    from tests.test_exact import CASES, _scenario
+    from twin.runner import run
+    from twin.scenario import load_scenario
+
+    d = _scenario(False, **CASES["tp8_pp2"])
+    base = run(load_scenario(d)).summary
+    d["power"] = {"communication_energy": True}
+    s = run(load_scenario(d)).summary
+    assert s["completed"] and s["iteration_time_s"] == base["iteration_time_s"]
+    assert s["energy_j"] > base["energy_j"]

@@ -80,14 +80,17 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     assert capped["hbm_port_capped_s"] > 0 and capped["lockstep_ring_transfers"] == 0
 
 
-def test_a_chained_tp_rendezvous_is_the_process_it_replaces(monkeypatch):
+@pytest.mark.parametrize("power", [{}, {"communication_energy": True}])
+def test_a_chained_tp_rendezvous_is_the_process_it_replaces(monkeypatch, power):
     """Without symmetry a TP collective is a rendezvous of its group's classes; chained runs
     start it without a process (``Executor._chain_collective``). The same transfers at the
-    same times: every summary number equal to the process path's, with fewer events."""
+    same times: every summary number equal to the process path's, with fewer events (with
+    the collectives' energy booked on the devices too)."""
     from workloads.executor import Executor
 
     d = _scenario(False, **CASES["tp8_pp2"])
     d["simulation"]["compute_jitter_cov"] = 0.05
+    d["power"] = power
     chained = run(load_scenario(d)).summary
 
     def as_process(self, parts, gids, algo, nbytes, owner, start, done):

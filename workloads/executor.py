@@ -659,9 +659,10 @@ class Executor:
         (exact for the symmetric collectives; a send's sender reads and its receiver writes
         the message), and its NCCL kernel holds ``SmShares.of(kind)`` SMs (Transformer
         Engine's for overlapped TP chunks; ``tp_blocking``: an NCCL collective) from ``t0``
-        to now."""
+        to now. A collective without phases (a group of one rank: dp 1) moves nothing and
+        launches no kernel."""
         ce = self.comm_energy
-        if ce is None:
+        if ce is None or not phases:
             return
         key = id(phases)
         per_dev = self._hbm_bytes.get(key)
