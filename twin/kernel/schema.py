@@ -65,12 +65,15 @@ def merge_problems(first: list[Problem], more: list[Problem]) -> list[Problem]:
     return [*first, *(p for p in more if not covered(p.path))]
 
 
+_SCALAR_KINDS = {bool: "bool", int: "number", float: "number", str: "str"}
+
+
 @cache
 def _scalar_kinds(annotation: Any) -> tuple[frozenset[str], frozenset[str]]:
-    """What a field's type accepts as a plain value and as the items of a list: two sets of
-    ``"bool"``, ``"number"``, ``"str"``, ``"none"``, ``"list"`` and ``"other"`` (models,
-    mappings, paths, ``Any``), from its annotation (unions, ``Optional``, ``Literal`` and
-    ``Annotated`` unwrapped)."""
+    """What a field's type accepts as a plain scalar and as the items of a list: two sets of
+    ``"bool"``, ``"number"``, ``"str"`` and ``"other"`` (models, mappings, paths, ``Any``),
+    from its annotation (unions, ``Optional``, ``Literal`` and ``Annotated`` unwrapped;
+    ``None`` and the list itself add nothing)."""
     top: set[str] = set()
     items: set[str] = set()
     todo = [annotation]
@@ -87,10 +90,9 @@ def _scalar_kinds(annotation: Any) -> tuple[frozenset[str], frozenset[str]]:
             for arg in typing.get_args(a):
                 if arg is not Ellipsis:
                     items |= _scalar_kinds(arg)[0]
-            top.add("list")
-        elif a is bool or a is int or a is float or a is str or a is type(None):
-            top.add({bool: "bool", int: "number", float: "number", str: "str"}.get(a, "none"))
-        else:
+        elif a in _SCALAR_KINDS:
+            top.add(_SCALAR_KINDS[a])
+        elif a is not type(None):
             top.add("other")
     return frozenset(top), frozenset(items)
 
