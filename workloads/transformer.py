@@ -62,7 +62,8 @@ class Kernel:
     marks a fused attention kernel (``"fwd"`` / ``"bwd"``) that runs at the device's attention
     efficiency of implementation ``impl`` (``flash``: the device's best), and ``executed`` is
     the fraction of ``flops`` the kernel really executes (a causal FlashAttention kernel skips
-    the masked half of the score blocks; ``flops`` stays the published count that MFU uses).
+    the masked half of the score blocks, and its backward recomputes the scores: 5/4 of the
+    published backward count; ``flops`` stays the published count that MFU uses).
     """
 
     name: str
@@ -256,13 +257,16 @@ class TransformerCosts:
         gemm_flops = 2.0 * b * heads_r * s * s * d * k   # one of the two batched GEMMs
         if self.attention != "standard":  # a fused kernel: flash or a named implementation
             # forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes
-            # dQ, dK, dV (FlashAttention-2 Algorithm 2); causal: half the score blocks run
+            # dQ, dK, dV (FlashAttention-2 Algorithm 2); causal: half the score blocks run.
+            # The backward executes flash_bwd_matmuls (5: it recomputes S) where the
+            # published count has 4, twice the forward's 2.
+            run = 0.5 * (self.k["flash_bwd_matmuls"] / 4.0 if backward else 1.0)
             core_bytes = ((2 * heads_r + 2 * kv_r) * tokens * d * e if not backward
                           else (3 * heads_r + 2 * kv_r) * tokens * d * e
                           + (heads_r + 2 * kv_r) * tokens * d * e)
             return [Kernel("attn_core.bwd" if backward else "attn_core", 2 * gemm_flops,
                            core_bytes, True, fused="bwd" if backward else "fwd",
-                           impl=self.attention, executed=0.5)]
+                           impl=self.attention, executed=run)]
         scores = b * heads_r * s * s                       # elements of the score matrix
         qk_bytes = (heads_r + kv_r) * tokens * d * e + scores * e
         pv_bytes = scores * e + (kv_r + heads_r) * tokens * d * e
