@@ -224,12 +224,18 @@ class Accelerator:
         rng: generator for the noise (required when ``jitter_sigma > 0``).
         power: the run's power setup (default: the basic settings of an empty ``power``).
         stage: pipeline stage of the class (selects the stage's clock and cap ceiling).
+        member_rngs: a tensor-parallel group as one agent (``twin.build.uses_tp_groups``):
+            one generator per member, the stream that member's own agent would draw its
+            jitter from; a block then lasts until its last member ends (each member starts
+            as far behind the group's clock as it was left by the blocks since the last
+            :meth:`sync`), and its energy is booked for the members' mean busy time, the rest
+            of the span idle.
     """
 
     def __init__(self, env: simpy.Environment, cls: int, n_devices: int, model: ComputeModel,
                  recorder: Recorder, jitter_sigma: float = 0.0,
                  rng: np.random.Generator | None = None, power: PowerSetup | None = None,
-                 stage: int = 0):
+                 stage: int = 0, member_rngs: list[np.random.Generator] | None = None):
         self.env = env
         self.cls = cls
         self.n = n_devices
@@ -240,6 +246,11 @@ class Accelerator:
         self.rng = rng
         self._jitter_buf: list[float] = []   # pre-drawn duration factors (see _jitter)
         self._jitter_i = 0
+        # a TP group as one agent: its members' streams, pre-drawn factors (member x draw) and
+        # how far each member is behind the group's clock (s; 0 after a sync)
+        self._members = member_rngs if jitter_sigma > 0 and member_rngs else None
+        self._member_buf = np.empty((0, 0))
+        self._lags = np.zeros(len(member_rngs)) if self._members else None
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
@@ -317,6 +328,30 @@ class Accelerator:
         self._jitter_i = i + 1
         return self._jitter_buf[i]
 
+    def _group_span(self, dur: float) -> tuple[float, float]:
+        """``(span, mean busy)`` of a block of duration ``dur`` (s) on a TP-group agent:
+        member ``j`` runs ``dur * f_j`` (its own stream's next factor, as :meth:`_jitter`
+        draws it) from ``lag_j`` before the group's clock; the clock moves to the last
+        member's end, and every member's lag to how far it is then behind it."""
+        i = self._jitter_i
+        if i >= self._member_buf.shape[1]:
+            s = self.jitter_sigma
+            self._member_buf = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK)
+                                         for g in self._members])
+            i = 0
+        self._jitter_i = i + 1
+        d = dur * self._member_buf[:, i]
+        lags = self._lags
+        span = float((d - lags).max())
+        lags += span - d
+        return span, float(d.mean())
+
+    def sync(self) -> None:
+        """The members of a TP-group agent meet (a collective, a wait, a send): none is
+        behind the group's clock any more. Nothing to do for a one-rank agent."""
+        if self._lags is not None:
+            self._lags.fill(0.0)
+
     @staticmethod
     def sigma_for_cov(cov: float) -> float:
         """Lognormal sigma giving coefficient of variation ``cov``."""
@@ -352,10 +387,15 @@ class Accelerator:
             c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
         else:
             c = self._cost(block, ps)
-        dur, flops, e_dyn, e_mem, p_static, p_chip, p_board = self._price(c)
+        dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, span = self._price(c)
         self._busy = (t0, p_board)
         if first is None:
-            yield env.timeout(dur)
+            yield env.timeout(span)
+            if span != dur:  # a TP-group agent: busy for the mean member, then idle
+                self._busy = None
+                self._account(block, t0, t0 + dur, flops, e_dyn, e_mem, p_static, p_chip,
+                              p_board, ps, iteration, mb, chunk, layer)
+                return
         else:  # a fluid job: re-priced whenever the streams beside it change
             stretch = dur / c[0] if c[0] > 0 else 1.0
             d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
@@ -387,11 +427,12 @@ class Accelerator:
         ps = self._target()
         if ps != self.ps or self._tr_end > t0:
             return None
-        dur, flops, e_dyn, e_mem, p_static, p_chip, p_board = self._price(self._cost(block, ps))
-        t1 = t0 + dur  # what the clock reads after a timeout of dur started at t0
-        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
+        dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, span = self._price(
+            self._cost(block, ps))
+        # what the clock reads after a timeout started at t0 (a group's span: its last member)
+        self._account(block, t0, t0 + dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
                       iteration, mb, chunk, layer)
-        return t1
+        return t0 + span
 
     def _cost(self, block, ps: int) -> tuple:
         """(duration s, FLOPs, dynamic J, HBM J, block) of ``block`` at P-state ``ps`` with the
@@ -405,13 +446,18 @@ class Accelerator:
             c = self._costs[key] = self._block(block, ps, ms)
         return c
 
-    def _price(self, c: tuple) -> tuple[float, float, float, float, float, float, float]:
+    def _price(self, c: tuple) -> tuple[float, float, float, float, float, float, float, float]:
         """Duration (straggler and jitter factors applied, duty-cycled down to the power cap)
         and power of a block of cost ``c`` at the current temperature: (duration s, FLOPs,
-        dynamic J, HBM J, static W, chip W, board W)."""
+        dynamic J, HBM J, static W, chip W, board W, span s). The span is the time the agent
+        is occupied: the duration, except on a TP-group agent (the members' mean busy time
+        is the duration there, the span lasts until the last member ends)."""
         dur, flops, e_dyn, e_mem, _ = c
         dur *= self.slowdown
-        if self.jitter_sigma > 0:
+        span = None
+        if self._members is not None:
+            span, dur = self._group_span(dur)
+        elif self.jitter_sigma > 0:
             dur *= self._jitter()
         leak = self._leak_w[self.ps]
         if self._leak_k:
@@ -427,10 +473,12 @@ class Accelerator:
             if chip_cap > p_static:  # duty-cycle the block down to the cap
                 new = e_act / (chip_cap - p_static)
                 self.stats.cap_stretch_s += new - dur
+                if span is not None:  # a group: its mean member is stretched as much
+                    span += new - dur
                 dur = new
                 p_chip = e_act / dur + p_static
                 p_board = self.reg.input_power(p_chip)
-        return dur, flops, e_dyn, e_mem, p_static, p_chip, p_board
+        return dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, dur if span is None else span
 
     def _account(self, block, t0: float, t1: float, flops: float, e_dyn: float, e_mem: float,
                  p_static: float, p_chip: float, p_board: float, ps: int, iteration: int,

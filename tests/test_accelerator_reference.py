@@ -444,3 +444,44 @@ def test_communication_energy_with_one_data_parallel_rank():
     s = run(load_scenario(d)).summary
     assert s["completed"] and s["iteration_time_s"] == base["iteration_time_s"]
     assert s["energy_j"] > base["energy_j"]
+
+
+def test_a_tp_group_agent_keeps_its_slowest_members_clock():
+    """One agent for a TP group of 4 (``member_rngs``) against the members' own clocks kept
+    one by one (plain loop): member j draws its factors from its own generator, as its own
+    agent would; it runs each block from its own clock; at a sync every member waits for the
+    last. The agent's clock after every block is the latest member clock, across the refill
+    of the pre-drawn factors, and each block is booked for the members' mean busy time."""
+    s = device("h100-sxm")
+    sigma, members = 0.4, 4
+    n = acc_mod._JITTER_BLOCK + 7
+    syncs = {3, 4, 10, 500, acc_mod._JITTER_BLOCK}  # sync before these blocks
+    env, acc, rec = _agent({"thermal": {"enabled": False}}, s, jitter_sigma=sigma,
+                           rng=np.random.default_rng(99),
+                           member_rngs=[np.random.default_rng(10 + j) for j in range(members)])
+    ends = []
+
+    def body():
+        for i in range(n):
+            if i in syncs:
+                acc.sync()
+            yield from acc.compute(SMALL, 0, i, 0, 0)
+            ends.append(env.now)
+
+    env.process(body())
+    env.run()
+    d, _ = ref_kernel(s, SMALL.kernels[0], "bf16", 1.0)
+    gens = [np.random.default_rng(10 + j) for j in range(members)]
+    clock = [0.0] * members
+    want_end, want_busy = [], []
+    for i in range(n):
+        if i in syncs:
+            clock = [max(clock)] * members
+        durs = [d * g.lognormal(-0.5 * sigma * sigma, sigma) for g in gens]
+        clock = [c + x for c, x in zip(clock, durs, strict=True)]
+        want_end.append(max(clock))
+        want_busy.append(sum(durs) / members)
+    np.testing.assert_allclose(ends, want_end, rtol=1e-9)
+    got_busy = [r[9] - r[8] for r in rec.rows if r[3] == "compute"]
+    np.testing.assert_allclose(got_busy, want_busy, rtol=1e-9)
+    assert acc.stats.compute_s == pytest.approx(sum(want_busy), rel=1e-9)

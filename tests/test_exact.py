@@ -58,7 +58,7 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     runs = {}
     for exact in (False, True):
         d = _scenario(exact, **CASES[case])
-        d["simulation"]["compute_jitter_cov"] = 0.05
+        d["simulation"].update(compute_jitter_cov=0.05, tp_group_agents=False)
         runs[exact] = run(load_scenario(d)).summary
     fast, exact = runs[False], runs[True]
     assert not fast["symmetry_used"] and "lockstep_rings" in fast["shortcuts_used"]
@@ -66,7 +66,7 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     for key in ("iteration_time_s", "energy_j", "makespan_s"):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
     d = _scenario(False, **CASES[case])
-    d["simulation"].update(compute_jitter_cov=0.05, lockstep_rings=False)
+    d["simulation"].update(compute_jitter_cov=0.05, lockstep_rings=False, tp_group_agents=False)
     off = run(load_scenario(d)).summary
     assert off["lockstep_ring_transfers"] == 0 and "lockstep_rings" not in off["shortcuts_used"]
     assert off["iteration_time_s"] == pytest.approx(exact["iteration_time_s"], rel=5e-3)
@@ -89,7 +89,7 @@ def test_a_chained_tp_rendezvous_is_the_process_it_replaces(monkeypatch, power):
     from workloads.executor import Executor
 
     d = _scenario(False, **CASES["tp8_pp2"])
-    d["simulation"]["compute_jitter_cov"] = 0.05
+    d["simulation"].update(compute_jitter_cov=0.05, tp_group_agents=False)
     d["power"] = power
     chained = run(load_scenario(d)).summary
 
@@ -247,3 +247,38 @@ def test_combine_falls_back_when_a_core_key_bends():
                      "shortcuts_used": ["symmetry"]})
     out, why = combine(p, sums, [np.zeros(0)] * 3, np.zeros(0))
     assert out is None and "energy_j" in why
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
+    """Compute jitter only: one agent per tensor-parallel group (``tp_group_agents``), each
+    member drawing from its own stream as its own agent would, against exact mode (every
+    rank, every flow): iteration time, energy and makespan within 0.5%, with fewer agents
+    and fewer events than one agent per rank in fast mode."""
+    runs = {}
+    for mode, sim in (("group", {}), ("rank", {"tp_group_agents": False}),
+                      ("exact", {"exact": True})):
+        d = _scenario(mode == "exact", **CASES[case])
+        d["simulation"].update(compute_jitter_cov=0.05, **sim)
+        runs[mode] = run(load_scenario(d)).summary
+    group, rank, exact = runs["group"], runs["rank"], runs["exact"]
+    tp = CASES[case].get("parallelism", {"tp": 2})["tp"]
+    assert "tp_group_agents" in group["shortcuts_used"]
+    assert "tp_group_agents" not in rank["shortcuts_used"] + exact["shortcuts_used"]
+    assert group["rank_classes"] == group["devices"] // tp
+    assert rank["rank_classes"] == exact["rank_classes"] == exact["devices"]
+    assert group["events"] < rank["events"]
+    for key in ("iteration_time_s", "energy_j", "makespan_s"):
+        assert group[key] == pytest.approx(exact[key], rel=5e-3), key
+
+
+def test_tp_group_agents_stay_off_where_more_than_jitter_tells_ranks_apart():
+    """A fault, a memory model drawing per device, or a TP of one: one agent per rank."""
+    base = _scenario(False)
+    base["simulation"]["compute_jitter_cov"] = 0.05
+    for extra in ({"memory": {"model": "frfcfs"}},
+                  {"workload": {**base["workload"], "parallelism": {"dp": 4, "tp": 1, "pp": 4}}},
+                  {"simulation": {**base["simulation"], "tp_group_agents": False}}):
+        s = run(load_scenario(base | extra)).summary
+        assert "tp_group_agents" not in s["shortcuts_used"]
+        assert s["rank_classes"] == s["devices"]

@@ -148,7 +148,7 @@ def test_closed_form_runs_agree_with_exact_mode(case):
 def test_jitter_runs_use_it_per_group():
     """Without rank symmetry every TP group's ranks rendezvous; the collective still costs
     the closed form, and the run equals the same run on the flow network."""
-    jit = {"simulation": {"compute_jitter_cov": 0.05}}
+    jit = {"simulation": {"compute_jitter_cov": 0.05, "tp_group_agents": False}}
     fast = _run(False, **jit)
     assert not fast["symmetry_used"] and fast["tp_closed_form_collectives"] > 0
     # communication_energy on: device energy of the collectives is accounted either way
@@ -162,7 +162,8 @@ def test_jitter_runs_use_it_per_group():
 def _grid_run(kind: str, exact: bool, jitter: float = 0.0) -> dict:
     """llama3.2-1b on a 4x4 grid, tp 4 x pp 4 (snake placement: on the torus each TP group
     is a row)."""
-    sim = {"exact": exact, **({"compute_jitter_cov": jitter} if jitter else {})}
+    sim = {"exact": exact, **({"compute_jitter_cov": jitter, "tp_group_agents": False}
+                              if jitter else {})}
     return run(load_scenario({
         "name": "grid", "seed": 3,
         "cluster": {"topology": {"kind": kind, "shape": [4, 4]}, "device": "h100-sxm",

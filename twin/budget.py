@@ -129,7 +129,8 @@ def estimate(scen: Scenario) -> Estimate:
     n = topo.num_devices
     links = _links(topo.kind, tuple(topo.shape), n)
     m = max(microbatches(w), 1)
-    classes = min(par.world, par.pp) if scen.symmetric else par.world
+    classes = (min(par.world, par.pp) if scen.symmetric
+               else par.world // par.tp if scen.tp_groups else par.world)
     layers_per_stage = max(model.layers // par.pp, 1)
     iters = w.iterations
     work = float(m) * layers_per_stage

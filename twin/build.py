@@ -89,6 +89,7 @@ def build(scen: Scenario) -> Model:
     sh = w.sharding
     shards = shard_degree(sh, par.dp)
     layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric,
+                    tp_groups=scen.tp_groups,
                     algorithms=scen.network.algorithms,
                     shard=shards if sh.strategy == "hybrid_shard" else None,
                     protocols=scen.network.protocols)

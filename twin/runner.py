@@ -160,9 +160,11 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     power = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
                        model.microbatches, model.layout.world)
     power.class_ambient_c = class_inlets(model)  # inlet air by position (power.thermal)
+    groups = model.layout.tp_groups  # one agent per TP group: each member's own stream
     accelerators = [Accelerator(env, c, len(ranks), model.compute, recorder, sigma,
                                 rngs.get(f"class/{c}"), power,
-                                int(model.layout.class_stage[c]))
+                                int(model.layout.class_stage[c]),
+                                [rngs.get(f"class/{r}") for r in ranks] if groups else None)
                     for c, ranks in enumerate(model.layout.classes)]
     streams, pcie = device_streams(scen, model, env, accelerators, rngs, fabric)
     if scen.power.manager.budget_w is not None:

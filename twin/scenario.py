@@ -134,6 +134,12 @@ class SimulationSpec(StrictModel):
         default=True, description="fast mode without rank symmetry: tensor-parallel rings "
         "as one lock-step flow each (devices.fabric._lockstep); false: flow by flow, step by "
         "step, as in exact mode")
+    tp_group_agents: bool = Field(
+        default=True, description="fast mode when compute jitter is all that tells ranks "
+        "apart: one agent per tensor-parallel group, each member's durations drawn from the "
+        "member's own stream (the draws of exact mode), the group meeting at its slowest "
+        "member at every TP collective (devices.accelerator); false: one agent per rank, as "
+        "in exact mode")
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, le=10.0, description="coefficient of variation of compute-op durations "
         "(lognormal, mean one); > 0 makes runs depend on the seed; at most 10 (sigma 2.15: "
@@ -191,6 +197,21 @@ class Scenario(StrictModel):
         return (sim.symmetry and not sim.exact and sim.compute_jitter_cov == 0
                 and not breaks_symmetry(self.faults)
                 and (self.memory.model == "roofline" or not self.memory.per_device_draws)
+                and self.power.thermal.inlet_gradient_k == 0)
+
+    @property
+    def tp_groups(self) -> bool:
+        """Whether a run without rank symmetry simulates one agent per tensor-parallel group
+        (``simulation.tp_group_agents``): fast mode, TP of 2 or more, and compute jitter the
+        only thing that tells ranks apart (no faults, no memory model or streams beside
+        compute, no data path, no inlet gradient). The members of a TP group meet at every TP
+        collective, so the group's clock is its slowest member's (``devices.accelerator``
+        tracks how far each member is behind between collectives)."""
+        sim, ov = self.simulation, self.overlap
+        return (not self.symmetric and sim.tp_group_agents and not sim.exact and sim.symmetry
+                and self.workload.parallelism.tp > 1 and sim.compute_jitter_cov > 0
+                and not self.faults and self.memory.model == "roofline"
+                and not self.data.enabled and not (ov.sm_contention or ov.tp_comm)
                 and self.power.thermal.inlet_gradient_k == 0)
 
     @property

@@ -123,6 +123,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
             ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
             ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0),
+            ("tp_group_agents", model.layout.tp_groups),
             ("run_ahead", getattr(ex, "run_ahead_ops", 0) > 0)) if used],
         # flows of one replica per orbit on the quotient network (devices.replicas): the
         # shift's order (flows of the full network per simulated flow), 1 when not used

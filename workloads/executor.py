@@ -185,6 +185,8 @@ class Executor:
             gathers: dict = {}
             for ins in prog:
                 op = ins[0]
+                if op != COMPUTE:
+                    acc.sync()  # a TP-group agent's members meet (or act) at its clock
                 if ahead_ok:
                     t1 = self._run_ahead(cls, it, ins, blocks, env.now if ahead is None
                                          else ahead)

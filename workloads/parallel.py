@@ -38,6 +38,7 @@ class Layout:
     algorithms: dict[str, str] | None = None  # collective algorithm per group kind (tp, dp)
     shard: int | None = None  # ranks of a shard group (sharded data parallelism; default dp)
     protocols: str = "nccl"   # collective protocol model (workloads.nccl) or "links"
+    tp_groups: bool = False   # without symmetry: one class per tensor-parallel group
     device: np.ndarray = field(init=False)      # device of each rank
     rank_class: np.ndarray = field(init=False)  # class of each rank
     classes: list[np.ndarray] = field(init=False)  # ranks of each class
@@ -50,6 +51,8 @@ class Layout:
         stage = (r // self.tp) % self.pp
         if self.symmetric:
             self.rank_class = stage.copy()
+        elif self.tp_groups:  # ranks (d, p, 0..tp-1) are consecutive
+            self.rank_class = r // self.tp
         else:
             self.rank_class = r.copy()
         n_cls = int(self.rank_class.max()) + 1
