@@ -391,11 +391,7 @@ class Accelerator:
         self._busy = (t0, p_board)
         if first is None:
             yield env.timeout(span)
-            if span != dur:  # a TP-group agent: busy for the mean member, then idle
-                self._busy = None
-                self._account(block, t0, t0 + dur, flops, e_dyn, e_mem, p_static, p_chip,
-                              p_board, ps, iteration, mb, chunk, layer)
-                return
+            t1 = t0 + dur  # the clock itself, except on a TP-group agent (its mean member)
         else:  # a fluid job: re-priced whenever the streams beside it change
             stretch = dur / c[0] if c[0] > 0 else 1.0
             d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
@@ -403,8 +399,9 @@ class Accelerator:
             e_act = e_dyn + e_mem
             p_chip = e_act / d + p_static if d > 0 else p_static
             p_board = self.reg.input_power(p_chip)
+            t1 = env.now
         self._busy = None
-        self._account(block, t0, env.now, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
+        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
                       iteration, mb, chunk, layer)
 
     def run_at(self, block, t0: float, iteration: int, mb: int, chunk: int,
