@@ -352,6 +352,29 @@ class Accelerator:
         if self._lags is not None:
             self._lags.fill(0.0)
 
+    def checkpoint(self) -> tuple:
+        """Everything :meth:`run_at`, :meth:`sync`, :meth:`communication` and the idle
+        accounting change, as it stands now: :meth:`restore` takes the agent back here
+        (``workloads.optimistic``: work run ahead of the clock that other traffic reached)."""
+        lags = None if self._lags is None else self._lags.copy()
+        return (vars(self.stats).copy(), self.last_t, self.energy_j, len(self._seg),
+                self.temp_c, self._alert_armed, len(self.power.alert_rows), self.ambient_c,
+                self._ambient_next, self._started, self.ps, self._jitter_i, self._jitter_buf,
+                self._member_buf, lags)
+
+    def restore(self, cp: tuple) -> None:
+        """Return to a :meth:`checkpoint` of this agent (the random factors drawn since are
+        drawn again, the same ones; power segments and temperature alerts since are gone)."""
+        (stats, self.last_t, self.energy_j, n_seg, self.temp_c, self._alert_armed, n_alerts,
+         self.ambient_c, self._ambient_next, self._started, self.ps, self._jitter_i,
+         self._jitter_buf, self._member_buf, lags) = cp
+        vars(self.stats).update(stats)
+        del self._seg[n_seg:]
+        rows, me = self.power.alert_rows, f"cls{self.cls}"
+        rows[n_alerts:] = [r for r in rows[n_alerts:] if r[2] != me]
+        if lags is not None:
+            self._lags[:] = lags
+
     @staticmethod
     def sigma_for_cov(cov: float) -> float:
         """Lognormal sigma giving coefficient of variation ``cov``."""

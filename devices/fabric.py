@@ -523,15 +523,39 @@ class Fabric:
                 self.record(MessageRecord(t, t + d, name, owner, *row))
             t += d
 
+    def unrun_closed(self, phases: list[Phase]) -> None:
+        """Take back a :meth:`run_closed` of ``phases`` (its bytes and link counters; byte
+        counts are integers, so this is exact): work run ahead of the clock that other
+        traffic reached before it ended (``workloads.optimistic``). Not with a message
+        sink (its rows cannot be taken back)."""
+        parts, _total = self._closed_bundle(phases)
+        for ph, _d, sent, received, _row in parts:
+            self.bytes_sent[sent[0]] -= sent[1]
+            self.bytes_received[received[0]] -= received[1]
+            self._closed_done[ph] -= 1
+        self.closed_form_runs -= 1
+
+    def start_partial(self, phase: Phase, elapsed: float, name: str = "",
+                      owner: int = -1) -> simpy.Event:
+        """:meth:`start` of a lock-step ``phase`` (:meth:`closed_form` not None) that has
+        run alone on its links for the last ``elapsed`` seconds, less than its drain time:
+        that share of its bytes is delivered and its links were busy meanwhile; the rest
+        goes to the flow engine now. Event fires at its end."""
+        drain = self.closed_form(phase)[0]
+        done = self.env.event()
+        self._chain([phase], 0, name, owner, done, elapsed / drain, elapsed)
+        return done
+
     def _chain(self, phases: list[Phase], i: int, name: str, owner: int,
-               done: simpy.Event) -> None:
+               done: simpy.Event, done_fraction: float = 0.0, busy_s: float = 0.0) -> None:
         phase = phases[i]
-        t0 = self.env.now
+        t0 = self.env.now - busy_s
         (_r, alpha, _hops, _pp, _t, key, sent, received, row, routes, total,
          lockstep) = self._plan(phase)
         self.bytes_sent[sent[0]] += sent[1]
         tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key,
-                                 steps=1 if lockstep else phase.steps)
+                                 steps=1 if lockstep else phase.steps,
+                                 done_fraction=done_fraction, busy_s=busy_s)
         self.lockstep_transfers += lockstep
 
         def finished(_tr: object) -> None:

@@ -185,7 +185,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                         chained=uses_chaining(scen), data=data, overlap=scen.overlap,
                         streams=streams, comm_energy=_comm_energy(scen),
                         closed_form=uses_chaining(scen),
-                        run_ahead=uses_run_ahead(scen, recorder))
+                        run_ahead=uses_run_ahead(scen, recorder),
+                        optimistic=scen.simulation.optimistic_tp and uses_lockstep_rings(scen))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     if injector.has_tails:
         executor.before_block = injector.before_block

@@ -134,6 +134,12 @@ class SimulationSpec(StrictModel):
         default=True, description="fast mode without rank symmetry: tensor-parallel rings "
         "as one lock-step flow each (devices.fabric._lockstep); false: flow by flow, step by "
         "step, as in exact mode")
+    optimistic_tp: bool = Field(
+        default=True, description="fast mode without rank symmetry: an agent running ahead "
+        "of the clock costs the tensor-parallel collectives of its group in closed form even "
+        "where pipeline sends or data-parallel rings may reach their links, and is taken "
+        "back to the moment one does (workloads.optimistic); false: such collectives go to "
+        "the flow engine one by one")
     tp_group_agents: bool = Field(
         default=True, description="fast mode when compute jitter is all that tells ranks "
         "apart: one agent per tensor-parallel group, each member's durations drawn from the "

@@ -121,6 +121,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "shortcuts_used": [k for k, used in (
             ("symmetry", model.symmetric), ("chained_transfers", ex.chained),
             ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
+            ("tp_optimistic", _optimistic(ex)[0] > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
             ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0),
             ("tp_group_agents", model.layout.tp_groups),
@@ -134,6 +135,10 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "lockstep_ring_transfers": int(getattr(fabric, "lockstep_transfers", 0)),
         # tensor-parallel collectives costed in closed form (workloads.executor)
         "tp_closed_form_collectives": int(getattr(ex, "closed_form_collectives", 0)),
+        # of the other TP collectives: run ahead where other traffic may reach their links,
+        # and the times such traffic took an agent's run back (workloads.optimistic)
+        "tp_optimistic_collectives": _optimistic(ex)[0],
+        "tp_optimistic_rewinds": _optimistic(ex)[1],
         # compute blocks and TP collectives an agent ran ahead of the clock (one event for a
         # run of them; workloads.executor ``run_ahead``)
         "run_ahead_ops": int(getattr(ex, "run_ahead_ops", 0)),
@@ -243,6 +248,13 @@ def _memory_keys(ex) -> dict[str, Any]:
     else:
         out |= no_streams_report()
     return out
+
+
+def _optimistic(ex) -> tuple[int, int]:
+    """(TP collectives run ahead where other traffic may reach their links, runs taken back
+    by such traffic) of an executor (``workloads.optimistic``; zeros when not used)."""
+    opt = getattr(ex, "optimistic", None)
+    return (0, 0) if opt is None else (int(opt.collectives), int(opt.rewinds))
 
 
 def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: float,

@@ -42,6 +42,7 @@ from devices.accelerator import Accelerator
 from devices.fabric import Fabric
 from twin.kernel.records import Recorder
 from workloads import collectives, nccl
+from workloads.optimistic import OptimisticTP, Rewind
 from workloads.overlap import TPO, Fifo, OverlapSpec, chunk_block, fuse_tp
 from workloads.parallel import Layout
 from workloads.schedules import (
@@ -56,7 +57,7 @@ from workloads.schedules import (
     SH_WAIT,
     TP,
 )
-from workloads.tp_isolation import isolated_tp_groups
+from workloads.tp_isolation import exclusive_tp_groups, isolated_tp_groups
 from workloads.transformer import Block
 
 
@@ -109,6 +110,9 @@ class Executor:
             nothing outside the agent reads or changes its device or those collectives' links
             in between (no faults, no power manager, no trace; ``Executor`` further requires
             no fault hook, no shared device streams and no bubble down-clocking of TP waits).
+        optimistic: with ``run_ahead``, also run ahead the TP collectives of groups whose
+            links other traffic may reach, taken back when it does
+            (``workloads.optimistic``; the flow engine's result to rounding).
     """
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
@@ -117,7 +121,7 @@ class Executor:
                  job=None, before_block: Callable[[int], None] | None = None,
                  chained: bool = False, data=None, overlap: OverlapSpec | None = None,
                  streams: list | None = None, comm_energy=None, closed_form: bool = False,
-                 run_ahead: bool = False):
+                 run_ahead: bool = False, optimistic: bool = False):
         self.env = env
         self.layout = layout
         self.fabric = fabric
@@ -144,7 +148,9 @@ class Executor:
         self._closed_groups: set[tuple[int, ...]] | None = None  # see tp_closed_form_groups
         self.closed_form_collectives = 0  # TP collectives costed in closed form
         self.run_ahead = run_ahead and chained and streams is None
-        self.run_ahead_ops = 0  # compute blocks and TP collectives run ahead of the clock
+        self.ahead_ops = [0] * n  # compute blocks and TP collectives run ahead, per class
+        self._optimistic = optimistic and self.run_ahead and self.closed_form
+        self.optimistic: OptimisticTP | None = None  # built at the first TP collective
         self._tp_plans: dict[tuple, tuple] = {}  # see _tp_plan
         self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
@@ -158,9 +164,15 @@ class Executor:
         self._waiting: list[str | None] = [None] * n  # wait kind the compute stream is in
         self._finished = 0
         self._agents: dict[simpy.Process, int] = {}
+        self.agent_proc: dict[int, simpy.Process] = {}
         if job is not None:
             job.attach(self)
         self.procs = self._start_agents(0)
+
+    @property
+    def run_ahead_ops(self) -> int:
+        """Compute blocks and TP collectives the agents ran ahead of the clock."""
+        return sum(self.ahead_ops)
 
     # ----------------------------------------------------------------- agent
     def _agent(self, cls: int, epoch: int = 0, start: int = 0):
@@ -183,13 +195,23 @@ class Executor:
             sh_tail: simpy.Event | None = None   # sharding stream (all-gather, reduce-scatter)
             rep_tail: simpy.Event | None = None  # hybrid sharding: all-reduce across groups
             gathers: dict = {}
-            for ins in prog:
+            i = 0
+            while True:  # the program (an index: a run ahead taken back goes back into it)
+                if i == len(prog):
+                    if ahead is None:
+                        break
+                    i, ahead = (yield from self._rejoin(cls, it, ahead)), None
+                    if i is None:
+                        break
+                    continue
+                ins = prog[i]
+                i += 1
                 op = ins[0]
                 if op != COMPUTE:
                     acc.sync()  # a TP-group agent's members meet (or act) at its clock
                 if ahead_ok:
-                    t1 = self._run_ahead(cls, it, ins, blocks, env.now if ahead is None
-                                         else ahead)
+                    t1 = self._run_ahead(cls, it, i - 1, ins, blocks,
+                                         env.now if ahead is None else ahead)
                     if t1 is not None:
                         ahead = t1
                         continue
@@ -204,8 +226,11 @@ class Executor:
                             rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now,
                                    0.0)
                             continue
-                        yield env.timeout_at(ahead)  # rejoin the clock where the run ended
-                        ahead = None
+                        # rejoin the clock where the run ended (or where it was taken back)
+                        r, ahead = (yield from self._rejoin(cls, it, ahead)), None
+                        if r is not None:
+                            i = r
+                            continue
                 if op == COMPUTE:
                     if hook is not None:
                         hook(cls)
@@ -299,9 +324,6 @@ class Executor:
                         st.data_wait_s += env.now - t0
                         rec.op(cls, it, "compute", "data_wait", "data_wait", ins[1], -1, -1, t0,
                                env.now, 0.0)
-            if ahead is not None:
-                yield env.timeout_at(ahead)
-                ahead = None
             st.iteration_end.append(env.now)
             if job is not None and job.due(it):
                 t0 = env.now
@@ -312,7 +334,30 @@ class Executor:
         if self._finished == len(self.stats):
             self.done.succeed()
 
-    def _run_ahead(self, cls: int, it: int, ins: tuple, blocks: dict[str, Block],
+    def _rejoin(self, cls: int, it: int, t: float):
+        """Process body: the agent of ``cls``, run ahead to ``t`` (s), waits for the clock to
+        get there; returns None, or the program index to go on from when other traffic took
+        the run back (``workloads.optimistic``: resumed at its time, or after the rest of
+        the collective that was in flight then)."""
+        try:
+            yield self.env.timeout_at(t)
+        except simpy.Interrupt as exc:
+            rw = exc.cause
+            if not isinstance(rw, Rewind):
+                raise
+            if rw.event is None:
+                yield self.env.timeout_at(rw.at)
+            else:
+                yield rw.event
+                self.stats[cls].tp_s += self.env.now - rw.t0
+                self.recorder.op(cls, it, "compute", "tp", rw.name.removeprefix("tp_"), -1, -1,
+                                 -1, rw.t0, self.env.now, 0.0)
+            return rw.index
+        if self.optimistic is not None:
+            self.optimistic.settle(cls)
+        return None
+
+    def _run_ahead(self, cls: int, it: int, index: int, ins: tuple, blocks: dict[str, Block],
                    t: float) -> float | None:
         """Run instruction ``ins`` of ``cls`` from the local time ``t`` without the clock,
         if it is a compute block or a closed-form TP collective that may (see
@@ -322,23 +367,29 @@ class Executor:
         if op == COMPUTE:
             t1 = self.accelerators[cls].run_at(blocks[ins[1]], t, it, ins[2], ins[3], ins[4])
         elif op == TP:
-            t1 = self._tp_at(cls, ins[1], ins[2], t)
+            t1 = self._tp_at(cls, index, ins[1], ins[2], t)
             if t1 is not None:
                 self.stats[cls].tp_s += t1 - t
                 self.recorder.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t, t1, 0.0)
         else:
             return None
         if t1 is not None:
-            self.run_ahead_ops += 1
+            self.ahead_ops[cls] += 1
         return t1
 
-    def _tp_at(self, cls: int, algo: str, nbytes: float, t: float) -> float | None:
-        """A single-class TP collective from the local time ``t`` in closed form
-        (``Fabric.run_closed``), as :meth:`_collective` would run it with the clock; its end,
-        s, or None when it does not qualify for the closed form."""
+    def _tp_at(self, cls: int, index: int, algo: str, nbytes: float, t: float) -> float | None:
+        """A single-class TP collective (program ``index``) from the local time ``t`` in
+        closed form (``Fabric.run_closed``), as :meth:`_collective` would run it with the
+        clock; its end, s, or None when it does not qualify for the closed form (nor for
+        ``optimistic``)."""
         parts, phases, closed = self._tp_plan(cls, algo, nbytes)
         if not closed:
-            return None
+            if not self._optimistic or phases is None:
+                return None
+            if self.optimistic is None:
+                self.optimistic = OptimisticTP(self, exclusive_tp_groups(
+                    self.layout, self.fabric, lambda c: self._groups("tp", c)))
+            return self.optimistic.run(cls, index, parts, phases, t, f"tp_{algo}")
         self.closed_form_collectives += 1
         t1 = self.fabric.run_closed(phases, t, f"tp_{algo}", cls)
         if self.comm_energy is not None:
@@ -380,7 +431,8 @@ class Executor:
     def _start_agents(self, start: int) -> list[simpy.Process]:
         self._agents = {}
         for c in range(len(self.stats)):
-            self._agents[self._spawn(self._agent(c, self.epoch, start))] = c
+            proc = self.agent_proc[c] = self._spawn(self._agent(c, self.epoch, start))
+            self._agents[proc] = c
         return list(self._agents)
 
     def _spawn(self, gen) -> simpy.Process:

@@ -78,6 +78,22 @@ def isolated_tp_groups(layout: Layout, fabric,
         other[ids] = True
     for kind in ("dp", "shard", "replica"):
         kind_links(lay, route, kind, range(lay.n_groups(kind)), other)
+    return {parts for parts, links in exclusive_tp_groups(lay, fab, tp_groups).items()
+            if not other[links].any()}
+
+
+def exclusive_tp_groups(layout: Layout, fabric,
+                        tp_groups: Callable[[int], tuple[np.ndarray, tuple[int, ...]]]
+                        ) -> dict[tuple[int, ...], np.ndarray]:
+    """The links of every TP collective (by its participating classes) whose routes use no
+    link another TP collective may use and no network link of a switched cluster: with
+    ``workloads.optimistic``, the collectives that may run ahead of the clock, taken back
+    when other traffic reaches them. Arguments as for :func:`isolated_tp_groups`."""
+    lay, fab = layout, fabric
+    if lay.tp < 2:
+        return {}
+    n = lay.topo.n_links
+    route = fab.router.route
     owner = np.full(n, -1, dtype=np.int64)  # the TP collective (index) using each link
     clash: set[int] = set()
     units: list[tuple[tuple[int, ...], np.ndarray]] = []
@@ -97,6 +113,5 @@ def isolated_tp_groups(layout: Layout, fabric,
             clash.add(i)
         owner[links] = i
         units.append((parts, links))
-    return {parts for i, (parts, links) in enumerate(units)
-            if i not in clash and len(links) and not other[links].any()
-            and not fab.network[links].any()}
+    return {parts: links for i, (parts, links) in enumerate(units)
+            if i not in clash and len(links) and not fab.network[links].any()}

@@ -127,15 +127,26 @@ class FlowNetwork:
         self.solo_starts = 0     # of which fresh transfers alone in their component
         self._scratch: np.ndarray | None = None  # link -> local index table (compiled path)
         self._large = 0  # allocations of _JIT_FLOWS or more flows so far
+        # called with every transfer about to join the network (new, or parked flows sending
+        # again), before any rate changes:
+        # a caller that costs work on some links ahead of the clock, outside the engine
+        # (``workloads.optimistic``), brings the part of it still in flight in first
+        self.before_join: Callable[[Transfer], None] | None = None
 
     # ----------------------------------------------------------------- public
     def transfer(self, routes: Sequence[Sequence[int]], nbytes: Sequence[float] | np.ndarray,
                  latency: float = 0.0, tag: object = None,
-                 key: Hashable | None = None, steps: int = 1) -> Transfer:
+                 key: Hashable | None = None, steps: int = 1, done_fraction: float = 0.0,
+                 busy_s: float = 0.0) -> Transfer:
         """Start a transfer of ``nbytes[i]`` over ``routes[i]``; returns its handle.
 
         ``steps > 1``: the bytes move in that many bulk-synchronous steps of
         ``nbytes[i] / steps`` (see the module docstring).
+
+        ``done_fraction`` (``steps == 1``): the transfer has already run for ``busy_s``
+        seconds outside the engine (alone on its links, costed in closed form by a caller
+        running ahead of the clock) and delivered that fraction of every flow's bytes; the
+        rest is sent from now, and its links are counted busy for the time before.
 
         ``key``, if given, names the pattern (equal keys must mean equal routes and sizes);
         transfers with a known key reuse its incidence arrays and, when alone in the network,
@@ -154,6 +165,10 @@ class FlowNetwork:
                       template, steps)
         self._next_id += 1
         self.transfers[tr.id] = tr
+        if done_fraction > 0.0:
+            tr.remaining *= 1.0 - done_fraction  # (its base stays: the links get every byte)
+            tr.whole = False
+            self.link_busy[list(tr.links)] += busy_s
         if not tr.active.any():
             self._complete(tr)
         else:
@@ -326,6 +341,8 @@ class FlowNetwork:
 
     def _join(self, tr: Transfer) -> None:
         """Add ``tr`` to the network, merging the components it touches."""
+        if self.before_join is not None:
+            self.before_join(tr)
         touched: set[Component] = set()
         on_link = self._on_link
         for lk in tr.links:

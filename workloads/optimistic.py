@@ -1,0 +1,170 @@
+"""Tensor-parallel collectives run ahead of the clock where other traffic *may* reach their
+links (issue 14, ``simulation.optimistic_tp``).
+
+An agent that runs ahead of the clock (``Executor``'s ``run_ahead``) costs a TP collective in
+closed form only when no other transfer can ever share its links
+(``workloads.tp_isolation``). On a 2D torus that is rare: pipeline sends and data-parallel
+rings cross the TP groups' blocks, so every TP collective went to the flow engine, an event
+or three each, although nearly all of them run alone (GPT-3 175B on 256 devices with compute
+jitter: 98% of them never share a link with anything).
+
+Here a TP collective of a group whose links no other TP group uses (``exclusive_tp_groups``)
+is costed in closed form ahead of the clock whenever nothing is on its links when the agent
+reaches it, and its links are *reserved* until its last byte drains. The flow engine calls
+:meth:`OptimisticTP.before_join` with every transfer about to join it; one that crosses a
+reserved link at time ``s`` takes the agent back to ``s``:
+
+* the agent's state returns to what it was when it reached the first of its collectives
+  whose drain ends after ``s`` (``Accelerator.checkpoint``; the fabric's counters of that
+  collective and of every later one are taken back, ``Fabric.unrun_closed``); the compute
+  blocks and collectives before it stand (the network cannot have changed them);
+* if that collective had started by ``s``, the rest of it goes to the flow engine now, with
+  the bytes it delivered alone so far (``Fabric.start_partial``), before the arriving
+  transfer joins; the agent continues after it when it ends;
+* otherwise the agent continues at that collective, at its start time, with the clock.
+
+The agent is told with a SimPy interrupt carrying a :class:`Rewind`. What follows is what the
+flow engine would have done had the collectives been its transfers all along: alone on their
+links they drain in their closed-form time, and the first transfer to reach a link finds the
+collective there with the same bytes left (to rounding). ``simulation.exact`` and
+``simulation.optimistic_tp: false`` turn it off; ``tests/test_exact.py`` checks that runs
+agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+__all__ = ["OptimisticTP", "Rewind"]
+
+
+class Rewind:
+    """Interrupt cause: an agent's run ahead of the clock was taken back. The agent goes on
+    at instruction ``index`` of its program: at time ``at`` (s), or when ``event`` (the rest
+    of a collective that started at ``t0`` and was in flight) fires."""
+
+    __slots__ = ("at", "event", "index", "name", "t0")
+
+    def __init__(self, index: int, at: float = math.nan, event=None, t0: float = math.nan,
+                 name: str = ""):
+        self.index, self.at, self.event, self.t0, self.name = index, at, event, t0, name
+
+
+class _Entry(NamedTuple):
+    index: int          # program index of the collective
+    t0: float           # its start, s
+    drain_end: float    # its last byte, s (its links are free after)
+    phases: list        # its one lock-step phase
+    name: str           # its fabric name (tp_<algorithm>)
+    state: tuple        # the agent's Accelerator.checkpoint() when it reached the collective
+    tp_s: float         # the class's TP time so far, s
+    ops: int            # the class's run-ahead operations so far
+
+
+class OptimisticTP:
+    """Reservations of the links of TP collectives run ahead of the clock, and taking them
+    back when other traffic arrives (see the module docstring).
+
+    Args:
+        executor: the ``workloads.executor.Executor`` whose agents run ahead.
+        groups: the eligible TP collectives by their participating classes (one class
+            each, links no other TP collective uses: ``exclusive_tp_groups``).
+    """
+
+    def __init__(self, executor, groups: Iterable[tuple[int, ...]]):
+        self.ex = executor
+        self.fabric = fab = executor.fabric
+        n = fab.topo.n_links
+        self.until = [-math.inf] * n  # the reservation of each link ends (last drain), s
+        self.owner = [-1] * n         # the class holding it
+        self.groups = set(groups)
+        self._phase: dict = {}  # phase -> (drain s, its links) or (0, None): not lock-step
+        self.log: dict[int, list[_Entry]] = {}
+        self._cls_links: dict[int, list[int]] = {}
+        self.collectives = 0  # run ahead this way and not taken back
+        self.rewinds = 0
+        self._on_link = fab.flows._on_link
+        fab.flows.before_join = self.before_join
+
+    def run(self, cls: int, index: int, parts: tuple[int, ...], phases: list, t: float,
+            name: str) -> float | None:
+        """Cost the TP collective at program ``index`` of ``cls`` (``phases``) from its local
+        time ``t`` in closed form and reserve its links; its end, s, or None when it does not
+        qualify (not an eligible group, not one lock-step phase, or traffic on its links)."""
+        if parts not in self.groups or len(phases) != 1:
+            return None
+        fab = self.fabric
+        ph = phases[0]
+        hit = self._phase.get(ph)
+        if hit is None:
+            closed = fab.closed_form(ph)
+            ok = closed is not None and fab._plan(ph)[-1]  # one lock-step flow
+            hit = self._phase[ph] = (closed[0], closed[2].tolist()) if ok else (0.0, None)
+        drain, links = hit
+        if links is None:
+            return None
+        on_link = self._on_link
+        for lk in links:
+            if lk in on_link:
+                return None
+        ex = self.ex
+        log = self.log.setdefault(cls, [])
+        end = t + drain
+        log.append(_Entry(index, t, end, phases, name, ex.accelerators[cls].checkpoint(),
+                          ex.stats[cls].tp_s, ex.ahead_ops[cls]))
+        until, owner = self.until, self.owner
+        for lk in links:
+            if until[lk] < end:
+                until[lk] = end
+            owner[lk] = cls
+        self.collectives += 1
+        self._cls_links[cls] = links
+        return fab.run_closed(phases, t, name, cls)
+
+    def settle(self, cls: int) -> None:
+        """The agent of ``cls`` rejoined the clock at the end of its run: all of it stands."""
+        log = self.log.get(cls)
+        if log:
+            log.clear()
+
+    def before_join(self, tr) -> None:
+        """Flow-engine hook: ``tr`` is about to join the network now; take back every agent
+        whose reserved links it crosses (see the module docstring)."""
+        now = self.ex.env.now
+        until = self.until
+        hit = None
+        for lk in tr.links:
+            if until[lk] > now:
+                if hit is None:
+                    hit = set()
+                hit.add(self.owner[lk])
+        if hit:
+            for cls in sorted(hit):
+                self.rewind(cls, now)
+
+    def rewind(self, cls: int, s: float) -> None:
+        """Take the agent of ``cls`` back to time ``s`` (now) and interrupt it with the
+        :class:`Rewind` that tells it how to go on."""
+        log = self.log[cls]
+        k = next(j for j, e in enumerate(log) if e.drain_end > s)
+        e = log[k]
+        ex, fab = self.ex, self.fabric
+        ex.accelerators[cls].restore(e.state)
+        for later in log[k:]:
+            fab.unrun_closed(later.phases)
+        self.collectives -= len(log) - k
+        ex.stats[cls].tp_s = e.tp_s
+        ex.ahead_ops[cls] = e.ops
+        log.clear()
+        until = self.until
+        for lk in self._cls_links[cls]:
+            until[lk] = -math.inf
+        self.rewinds += 1
+        if e.t0 <= s:  # in flight: the rest of it goes to the flow engine, before ``tr``
+            ev = fab.start_partial(e.phases[0], s - e.t0, e.name, cls)
+            rw = Rewind(e.index + 1, event=ev, t0=e.t0, name=e.name)
+        else:
+            rw = Rewind(e.index, at=e.t0)
+        ex.agent_proc[cls].interrupt(rw)
