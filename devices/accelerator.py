@@ -249,8 +249,8 @@ class Accelerator:
         # a TP group as one agent: its members' streams, pre-drawn factors (member x draw) and
         # how far each member is behind the group's clock (s; 0 after a sync)
         self._members = member_rngs if jitter_sigma > 0 and member_rngs else None
-        self._member_buf = np.empty((0, 0))
-        self._lags = np.zeros(len(member_rngs)) if self._members else None
+        self._member_buf: list[list[float]] = []  # [draw][member]
+        self._lags = [0.0] * len(member_rngs) if self._members else None
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
@@ -334,46 +334,44 @@ class Accelerator:
         draws it) from ``lag_j`` before the group's clock; the clock moves to the last
         member's end, and every member's lag to how far it is then behind it."""
         i = self._jitter_i
-        if i >= self._member_buf.shape[1]:
+        if i >= len(self._member_buf):
             s = self.jitter_sigma
             self._member_buf = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK)
-                                         for g in self._members])
+                                         for g in self._members], axis=1).tolist()
             i = 0
         self._jitter_i = i + 1
-        d = dur * self._member_buf[:, i]
+        # (plain floats: a handful of members, where NumPy's per-call cost dominates)
+        d = [dur * f for f in self._member_buf[i]]
         lags = self._lags
-        span = float((d - lags).max())
-        lags += span - d
-        return span, float(d.mean())
+        span = max([x - lag for x, lag in zip(d, lags, strict=True)])
+        self._lags = [lag + span - x for x, lag in zip(d, lags, strict=True)]
+        return span, sum(d) / len(d)
 
     def sync(self) -> None:
         """The members of a TP-group agent meet (a collective, a wait, a send): none is
         behind the group's clock any more. Nothing to do for a one-rank agent."""
         if self._lags is not None:
-            self._lags.fill(0.0)
+            self._lags = [0.0] * len(self._lags)
 
     def checkpoint(self) -> tuple:
         """Everything :meth:`run_at`, :meth:`sync`, :meth:`communication` and the idle
         accounting change, as it stands now: :meth:`restore` takes the agent back here
         (``workloads.optimistic``: work run ahead of the clock that other traffic reached)."""
-        lags = None if self._lags is None else self._lags.copy()
         return (vars(self.stats).copy(), self.last_t, self.energy_j, len(self._seg),
                 self.temp_c, self._alert_armed, len(self.power.alert_rows), self.ambient_c,
                 self._ambient_next, self._started, self.ps, self._jitter_i, self._jitter_buf,
-                self._member_buf, lags)
+                self._member_buf, self._lags)  # (lags: replaced, never changed in place)
 
     def restore(self, cp: tuple) -> None:
         """Return to a :meth:`checkpoint` of this agent (the random factors drawn since are
         drawn again, the same ones; power segments and temperature alerts since are gone)."""
         (stats, self.last_t, self.energy_j, n_seg, self.temp_c, self._alert_armed, n_alerts,
          self.ambient_c, self._ambient_next, self._started, self.ps, self._jitter_i,
-         self._jitter_buf, self._member_buf, lags) = cp
+         self._jitter_buf, self._member_buf, self._lags) = cp
         vars(self.stats).update(stats)
         del self._seg[n_seg:]
         rows, me = self.power.alert_rows, f"cls{self.cls}"
         rows[n_alerts:] = [r for r in rows[n_alerts:] if r[2] != me]
-        if lags is not None:
-            self._lags[:] = lags
 
     @staticmethod
     def sigma_for_cov(cov: float) -> float:

@@ -183,8 +183,8 @@ class Fabric:
         self.keep_plan_links = record is not None  # traced runs keep plan_links
         self.plan_links: list[tuple[int, np.ndarray, np.ndarray]] = []  # (plan, links, bytes)
         self._plan_serial = 0
-        self.bytes_sent = np.zeros(topo.n_devices)
-        self.bytes_received = np.zeros(topo.n_devices)
+        self._sent = np.zeros(topo.n_devices)  # bytes_sent, bytes_received (see _fold)
+        self._received = np.zeros(topo.n_devices)
         self.bytes_dropped = np.zeros(topo.n_devices)  # of aborted phases, by destination
         self.reroutes = 0
         self.retransmitted_bytes = 0.0
@@ -211,6 +211,8 @@ class Fabric:
         self.quotient: ReplicaQuotient | None = None
         self.quotient_fallback: str | None = None  # why a quotient run was redone in full
         self._closed_done: dict[Phase, int] = {}  # executions of each closed-form phase
+        # run_closed's executions not yet added to the counters, per phase list: [parts, k]
+        self._unfolded: dict[int, list] = {}
         self._bundles: dict[int, tuple] = {}  # see _closed_bundle
         self._profiles: dict[tuple, tuple[float, bool, float]] = {}  # see profile
         # a ring's flows as one lock-step flow (see _lockstep; fast mode without symmetry),
@@ -231,10 +233,36 @@ class Fabric:
         out = np.where(canon >= 0, counter[np.maximum(canon, 0)], 0.0)
         return out * q.weight(ids) if weighted else out
 
+    @property
+    def bytes_sent(self) -> np.ndarray:
+        """Bytes each device has sent so far."""
+        self._fold()
+        return self._sent
+
+    @property
+    def bytes_received(self) -> np.ndarray:
+        """Bytes each device has received so far."""
+        self._fold()
+        return self._received
+
+    def _fold(self) -> None:
+        """Add the :meth:`run_closed` executions counted since the last call to the device
+        and phase counters (k times each phase's bytes: byte counts are integers, so the
+        same sums as adding them one by one)."""
+        for entry in self._unfolded.values():
+            k = entry[1]
+            if k:
+                entry[1] = 0
+                for ph, _d, sent, received, _row in entry[0]:
+                    self._sent[sent[0]] += k * sent[1]
+                    self._received[received[0]] += k * received[1]
+                    self._closed_done[ph] = self._closed_done.get(ph, 0) + k
+
     def _closed_counters(self) -> tuple[np.ndarray, np.ndarray]:
         """Bytes and busy seconds of every real link from the closed-form phases finished so
         far (:meth:`start_closed`): each phase's per-link bytes and drain time times the
         number of times it ran."""
+        self._fold()
         nbytes, busy = np.zeros(self.topo.n_links), np.zeros(self.topo.n_links)
         for ph, k in self._closed_done.items():
             drain, _lat, links, per_link = self._closed[ph][1]
@@ -362,7 +390,7 @@ class Fabric:
             sent = _per_device(src, total)
             received = _per_device(dst, total)
             flow_routes, flow_total = self.with_ports(routes, src, dst), total
-        self.bytes_sent[sent[0]] += sent[1]
+        self._sent[sent[0]] += sent[1]
         if self.model == "flow":
             tr = self.flows.transfer(flow_routes, flow_total, latency=alpha * phase.steps,
                                      tag=name, key=key, steps=1 if lockstep else phase.steps)
@@ -392,7 +420,7 @@ class Fabric:
                     np.add.at(self.bytes_dropped, dst, total)
                     raise
             hops = box[0]
-        self.bytes_received[received[0]] += received[1]
+        self._received[received[0]] += received[1]
         if self.record is not None:
             self.record(MessageRecord(t0, self.env.now, name, owner, len(src), phase.steps,
                                       float(total.sum()), hops, int(src[0]) if len(src) else -1,
@@ -476,9 +504,19 @@ class Fabric:
                    owner: int = -1) -> float:
         """:meth:`start_closed` from ``t0`` (s) without the clock: all its accounting at once;
         returns the end time, s (for an agent running ahead of the clock, see
-        ``Accelerator.run_at``; nothing may read these counters before then)."""
-        costs, total = self._closed_begin(phases)
-        self._closed_end(phases, costs, t0, name, owner)
+        ``Accelerator.run_at``; nothing may read these counters before then). Without a
+        message sink the counters are only counted here and added when read (``_fold``)."""
+        if self.record is not None:
+            costs, total = self._closed_begin(phases)
+            self._closed_end(phases, costs, t0, name, owner)
+            return t0 + total
+        parts, total = self._closed_bundle(phases)
+        entry = self._unfolded.get(id(phases))
+        if entry is None or entry[0] is not parts:
+            self._fold()
+            entry = self._unfolded[id(phases)] = [parts, 0]
+        entry[1] += 1
+        self.closed_form_runs += 1
         return t0 + total
 
     def _closed_bundle(self, phases: list[Phase]) -> tuple[list, float]:
@@ -503,7 +541,7 @@ class Fabric:
         """Closed forms of ``phases`` (see :meth:`_closed_bundle`) and their summed time, s;
         counts the bytes sent."""
         parts, total = self._closed_bundle(phases)
-        sent_b = self.bytes_sent
+        sent_b = self._sent
         for _ph, _d, sent, _r, _row in parts:
             sent_b[sent[0]] += sent[1]
         self.closed_form_runs += 1
@@ -515,7 +553,7 @@ class Fabric:
         (see :meth:`_closed_counters`), message rows."""
         t = t0
         done = self._closed_done
-        recv_b = self.bytes_received
+        recv_b = self._received
         for ph, d, _s, received, row in parts:
             recv_b[received[0]] += received[1]
             done[ph] = done.get(ph, 0) + 1
@@ -528,11 +566,7 @@ class Fabric:
         counts are integers, so this is exact): work run ahead of the clock that other
         traffic reached before it ended (``workloads.optimistic``). Not with a message
         sink (its rows cannot be taken back)."""
-        parts, _total = self._closed_bundle(phases)
-        for ph, _d, sent, received, _row in parts:
-            self.bytes_sent[sent[0]] -= sent[1]
-            self.bytes_received[received[0]] -= received[1]
-            self._closed_done[ph] -= 1
+        self._unfolded[id(phases)][1] -= 1
         self.closed_form_runs -= 1
 
     def start_partial(self, phase: Phase, elapsed: float, name: str = "",
@@ -552,14 +586,14 @@ class Fabric:
         t0 = self.env.now - busy_s
         (_r, alpha, _hops, _pp, _t, key, sent, received, row, routes, total,
          lockstep) = self._plan(phase)
-        self.bytes_sent[sent[0]] += sent[1]
+        self._sent[sent[0]] += sent[1]
         tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key,
                                  steps=1 if lockstep else phase.steps,
                                  done_fraction=done_fraction, busy_s=busy_s)
         self.lockstep_transfers += lockstep
 
         def finished(_tr: object) -> None:
-            self.bytes_received[received[0]] += received[1]
+            self._received[received[0]] += received[1]
             if self.record is not None:
                 self.record(MessageRecord(t0, self.env.now, name, owner, *row))
             if i + 1 < len(phases):
