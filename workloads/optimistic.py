@@ -34,8 +34,9 @@ agree.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import NamedTuple
+
+import numpy as np
 
 __all__ = ["OptimisticTP", "Rewind"]
 
@@ -67,22 +68,27 @@ class OptimisticTP:
     """Reservations of the links of TP collectives run ahead of the clock, and taking them
     back when other traffic arrives (see the module docstring).
 
+    A class reserves all links its TP collectives may use (a superset of those of the one
+    running: traffic crossing the others takes a run back it need not have, which changes
+    nothing but the cost) until the last drain of its run.
+
     Args:
         executor: the ``workloads.executor.Executor`` whose agents run ahead.
-        groups: the eligible TP collectives by their participating classes (one class
-            each, links no other TP collective uses: ``exclusive_tp_groups``).
+        groups: the links of each eligible TP collective, by its participating classes (one
+            class each, links no other TP collective uses: ``exclusive_tp_groups``).
     """
 
-    def __init__(self, executor, groups: Iterable[tuple[int, ...]]):
+    def __init__(self, executor, groups: dict[tuple[int, ...], np.ndarray]):
         self.ex = executor
         self.fabric = fab = executor.fabric
-        n = fab.topo.n_links
-        self.until = [-math.inf] * n  # the reservation of each link ends (last drain), s
-        self.owner = [-1] * n         # the class holding it
+        self.owner = [-1] * fab.topo.n_links  # the class whose collectives use each link
+        for (cls,), links in groups.items():
+            for lk in links.tolist():
+                self.owner[lk] = cls
         self.groups = set(groups)
+        self.until = [-math.inf] * len(executor.stats)  # each class's reservation ends, s
         self._phase: dict = {}  # phase -> (drain s, its links) or (0, None): not lock-step
         self.log: dict[int, list[_Entry]] = {}
-        self._cls_links: dict[int, list[int]] = {}
         self.collectives = 0  # run ahead this way and not taken back
         self.rewinds = 0
         self._on_link = fab.flows._on_link
@@ -105,22 +111,15 @@ class OptimisticTP:
         drain, links = hit
         if links is None:
             return None
-        on_link = self._on_link
-        for lk in links:
-            if lk in on_link:
-                return None
+        if not self._on_link.keys().isdisjoint(links):
+            return None
         ex = self.ex
         log = self.log.setdefault(cls, [])
         end = t + drain
         log.append(_Entry(index, t, end, phases, name, ex.accelerators[cls].checkpoint(),
                           ex.stats[cls].tp_s, ex.ahead_ops[cls]))
-        until, owner = self.until, self.owner
-        for lk in links:
-            if until[lk] < end:
-                until[lk] = end
-            owner[lk] = cls
+        self.until[cls] = end
         self.collectives += 1
-        self._cls_links[cls] = links
         return fab.run_closed(phases, t, name, cls)
 
     def settle(self, cls: int) -> None:
@@ -133,13 +132,14 @@ class OptimisticTP:
         """Flow-engine hook: ``tr`` is about to join the network now; take back every agent
         whose reserved links it crosses (see the module docstring)."""
         now = self.ex.env.now
-        until = self.until
+        until, owner = self.until, self.owner
         hit = None
         for lk in tr.links:
-            if until[lk] > now:
+            c = owner[lk]
+            if c >= 0 and until[c] > now:
                 if hit is None:
                     hit = set()
-                hit.add(self.owner[lk])
+                hit.add(c)
         if hit:
             for cls in sorted(hit):
                 self.rewind(cls, now)
@@ -158,9 +158,7 @@ class OptimisticTP:
         ex.stats[cls].tp_s = e.tp_s
         ex.ahead_ops[cls] = e.ops
         log.clear()
-        until = self.until
-        for lk in self._cls_links[cls]:
-            until[lk] = -math.inf
+        self.until[cls] = -math.inf
         self.rewinds += 1
         if e.t0 <= s:  # in flight: the rest of it goes to the flow engine, before ``tr``
             ev = fab.start_partial(e.phases[0], s - e.t0, e.name, cls)
