@@ -42,7 +42,7 @@ from devices.accelerator import Accelerator
 from devices.fabric import Fabric
 from twin.kernel.records import Recorder
 from workloads import collectives, nccl
-from workloads.optimistic import OptimisticTP, Rewind
+from workloads.optimistic import OptimisticTP, rejoin
 from workloads.overlap import TPO, Fifo, OverlapSpec, chunk_block, fuse_tp
 from workloads.parallel import Layout
 from workloads.schedules import (
@@ -200,7 +200,7 @@ class Executor:
                 if i == len(prog):
                     if ahead is None:
                         break
-                    i, ahead = (yield from self._rejoin(cls, it, ahead)), None
+                    i, ahead = (yield from rejoin(self, cls, it, ahead)), None
                     if i is None:
                         break
                     continue
@@ -227,7 +227,7 @@ class Executor:
                                    0.0)
                             continue
                         # rejoin the clock where the run ended (or where it was taken back)
-                        r, ahead = (yield from self._rejoin(cls, it, ahead)), None
+                        r, ahead = (yield from rejoin(self, cls, it, ahead)), None
                         if r is not None:
                             i = r
                             continue
@@ -333,29 +333,6 @@ class Executor:
         self._finished += 1
         if self._finished == len(self.stats):
             self.done.succeed()
-
-    def _rejoin(self, cls: int, it: int, t: float):
-        """Process body: the agent of ``cls``, run ahead to ``t`` (s), waits for the clock to
-        get there; returns None, or the program index to go on from when other traffic took
-        the run back (``workloads.optimistic``: resumed at its time, or after the rest of
-        the collective that was in flight then)."""
-        try:
-            yield self.env.timeout_at(t)
-        except simpy.Interrupt as exc:
-            rw = exc.cause
-            if not isinstance(rw, Rewind):
-                raise
-            if rw.event is None:
-                yield self.env.timeout_at(rw.at)
-            else:
-                yield rw.event
-                self.stats[cls].tp_s += self.env.now - rw.t0
-                self.recorder.op(cls, it, "compute", "tp", rw.name.removeprefix("tp_"), -1, -1,
-                                 -1, rw.t0, self.env.now, 0.0)
-            return rw.index
-        if self.optimistic is not None:
-            self.optimistic.settle(cls)
-        return None
 
     def _run_ahead(self, cls: int, it: int, index: int, ins: tuple, blocks: dict[str, Block],
                    t: float) -> float | None:

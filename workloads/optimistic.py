@@ -37,8 +37,9 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+import simpy
 
-__all__ = ["OptimisticTP", "Rewind"]
+__all__ = ["OptimisticTP", "Rewind", "rejoin"]
 
 
 class Rewind:
@@ -51,6 +52,31 @@ class Rewind:
     def __init__(self, index: int, at: float = math.nan, event=None, t0: float = math.nan,
                  name: str = ""):
         self.index, self.at, self.event, self.t0, self.name = index, at, event, t0, name
+
+
+def rejoin(ex, cls: int, it: int, t: float):
+    """Process body: the agent of ``cls`` of executor ``ex``, run ahead to ``t`` (s), waits
+    for the clock to get there; returns None, or the program index to go on from when other
+    traffic took the run back (at the time the :class:`Rewind` says, or after the rest of
+    the collective that was in flight then)."""
+    env = ex.env
+    try:
+        yield env.timeout_at(t)
+    except simpy.Interrupt as exc:
+        rw = exc.cause
+        if not isinstance(rw, Rewind):
+            raise
+        if rw.event is None:
+            yield env.timeout_at(rw.at)
+        else:
+            yield rw.event
+            ex.stats[cls].tp_s += env.now - rw.t0
+            ex.recorder.op(cls, it, "compute", "tp", rw.name.removeprefix("tp_"), -1, -1, -1,
+                           rw.t0, env.now, 0.0)
+        return rw.index
+    if ex.optimistic is not None:
+        ex.optimistic.settle(cls)
+    return None
 
 
 class _Entry(NamedTuple):
