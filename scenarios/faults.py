@@ -381,6 +381,9 @@ FAULT_KINDS = ("link_down", "link_up", "link_failure", "nic_failure", "accelerat
                "straggler", "hbm_degradation", "cooling_failure")
 #: Kinds that affect the whole job alike (rank symmetry may stay on).
 JOB_WIDE_KINDS = ("accelerator_failure",)
+#: Kinds that only change a device (its clock factor, memory time, inlet air): they neither
+#: abort the job nor cut links, so transfers in flight always finish.
+DEVICE_KINDS = ("straggler", "hbm_degradation", "cooling_failure")
 
 
 def _strip_tags(value: Any, handler):
@@ -418,6 +421,12 @@ def _edge(u: int, v: int) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------- queries
+def interrupts_traffic(faults: list) -> bool:
+    """Whether some fault can abort the job or cut links (then every transfer and collective
+    runs in a process that can be interrupted)."""
+    return any(f.kind not in DEVICE_KINDS for f in faults)
+
+
 def breaks_symmetry(faults: list) -> bool:
     """Whether some fault tells ranks apart (then every rank is simulated)."""
     return any(f.kind not in JOB_WIDE_KINDS for f in faults)
@@ -520,6 +529,13 @@ class FaultInjector:
         self.has_tails = any(f.kind == "hbm_degradation" and f.tail is not None
                              for f in self.faults)
         fabric.on_stall = self._on_stall
+
+    def device_classes(self) -> set[int]:
+        """Rank classes whose devices a fault may change (every target of a straggler, HBM
+        degradation or cooling failure)."""
+        n = self.fabric.topo.n_devices
+        return {int(self._cls_of[d]) for f in self.faults if f.kind in DEVICE_KINDS
+                for d in f.targets(n) if self._cls_of[d] >= 0}
 
     # -------------------------------------------------------------- setup
     def start(self) -> None:

@@ -90,6 +90,9 @@ def build(scen: Scenario) -> Model:
     shards = shard_degree(sh, par.dp)
     layout = Layout(topo, par.dp, par.pp, par.tp, w.placement, symmetric,
                     tp_groups=scen.tp_groups,
+                    solo_devices=tuple(sorted({d for f in scen.faults
+                                               for d in f.targets(topo.n_devices)}))
+                    if scen.tp_groups else (),
                     algorithms=scen.network.algorithms,
                     shard=shards if sh.strategy == "hybrid_shard" else None,
                     protocols=scen.network.protocols)

@@ -22,7 +22,7 @@ from devices.memory import build_memory_model
 from devices.power import PowerSetup
 from devices.power_manager import ClusterPowerManager
 from devices.replicas import QuotientBroken, quotient_for
-from scenarios.faults import FaultInjector
+from scenarios.faults import FaultInjector, interrupts_traffic
 from twin import aggregate
 from twin.budget import check_power_samples
 from twin.build import Model, build, stage_compute_blocks
@@ -86,16 +86,19 @@ def _frozen_heap():
 
 def uses_chaining(scen: Scenario) -> bool:
     """Whether pipeline sends and single-class tensor-parallel collectives run as chained
-    fabric transfers instead of processes (same times; only where nothing can abort them,
-    and not in ``simulation.exact`` mode)."""
-    return not scen.faults and scen.network.model == "flow" and not scen.simulation.exact
+    fabric transfers instead of processes (same times; only where nothing can abort them or
+    cut their links: no faults but ones that only change a device, such as stragglers; and
+    not in ``simulation.exact`` mode)."""
+    return (not interrupts_traffic(scen.faults) and scen.network.model == "flow"
+            and not scen.simulation.exact)
 
 
 def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
     """Whether agents may run compute blocks and closed-form TP collectives ahead of the clock
     (``Executor``'s ``run_ahead``; bit-identical results, fewer events): chained transfers, and
     nothing that reads or changes a device between its own instructions (no power manager, no
-    data path, no communication energy booked onto the devices by other streams) and no
+    data path, no communication energy booked onto the devices by other streams; the classes a
+    fault changes, ``FaultInjector.device_classes``, stay on the clock) and no
     trace (whose op rows would come out in another order)."""
     return (uses_chaining(scen) and scen.power.manager.budget_w is None
             and not scen.data.enabled and not scen.power.communication_energy
@@ -188,6 +191,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                         run_ahead=uses_run_ahead(scen, recorder),
                         optimistic=scen.simulation.optimistic_tp and uses_lockstep_rings(scen))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
+    executor.clocked = injector.device_classes()  # a fault changes their devices any time
     if injector.has_tails:
         executor.before_block = injector.before_block
     injector.start()

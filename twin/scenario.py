@@ -208,15 +208,20 @@ class Scenario(StrictModel):
     @property
     def tp_groups(self) -> bool:
         """Whether a run without rank symmetry simulates one agent per tensor-parallel group
-        (``simulation.tp_group_agents``): fast mode, TP of 2 or more, and compute jitter the
-        only thing that tells ranks apart (no faults, no memory model or streams beside
-        compute, no data path, no inlet gradient). The members of a TP group meet at every TP
-        collective, so the group's clock is its slowest member's (``devices.accelerator``
-        tracks how far each member is behind between collectives)."""
+        (``simulation.tp_group_agents``): fast mode, TP of 2 or more, and compute jitter or
+        faults that change a device (stragglers, HBM degradation, cooling; their targets'
+        groups split into one agent per rank: ``Layout.solo_devices``) the only things that
+        tell ranks apart (no fault that aborts the job or cuts links, no memory model or
+        streams beside compute, no data path, no inlet gradient). The members of a TP group
+        meet at every TP collective, so the group's clock is its slowest member's
+        (``devices.accelerator`` tracks how far each member is behind between collectives)."""
+        from scenarios.faults import interrupts_traffic
+
         sim, ov = self.simulation, self.overlap
         return (not self.symmetric and sim.tp_group_agents and not sim.exact and sim.symmetry
-                and self.workload.parallelism.tp > 1 and sim.compute_jitter_cov > 0
-                and not self.faults and self.memory.model == "roofline"
+                and self.workload.parallelism.tp > 1
+                and (sim.compute_jitter_cov > 0 or bool(self.faults))
+                and not interrupts_traffic(self.faults) and self.memory.model == "roofline"
                 and not self.data.enabled and not (ov.sm_contention or ov.tp_comm)
                 and self.power.thermal.inlet_gradient_k == 0)
 

@@ -133,6 +133,8 @@ class Executor:
         n = len(layout.classes)
         self.stats = [CommStats() for _ in range(n)]
         self._mail: dict[tuple, simpy.Event] = {}
+        self._senders: dict[tuple[int, int], int] = {}  # (class, direction) -> classes to it
+        self._got: dict[tuple, int] = {}  # of those, how many have sent a message so far
         self._seq: dict[tuple[int, str], int] = defaultdict(int)
         self._rendezvous: dict[tuple, list] = {}
         self._phase_cache: dict[tuple, object] = {}
@@ -165,6 +167,7 @@ class Executor:
         self._finished = 0
         self._agents: dict[simpy.Process, int] = {}
         self.agent_proc: dict[int, simpy.Process] = {}
+        self.clocked: set[int] = set()  # classes that never run ahead (faults change them)
         if job is not None:
             job.attach(self)
         self.procs = self._start_agents(0)
@@ -187,7 +190,8 @@ class Executor:
         ov = self.overlap
         dp_tails: list[simpy.Event | None] = [None] * ov.dp_streams
         # run ahead of the clock (see ``run_ahead``): ``ahead`` is the local time, None in step
-        ahead_ok = self.run_ahead and hook is None and not acc.downclocks("tp")
+        ahead_ok = (self.run_ahead and hook is None and not acc.downclocks("tp")
+                    and cls not in self.clocked)
         ahead: float | None = None
         for it in range(start, self.iterations):
             dp_tails[:] = [None] * ov.dp_streams
@@ -454,7 +458,7 @@ class Executor:
 
     def restart(self, start_iteration: int) -> None:
         """Run a new epoch from ``start_iteration`` (the first not in the last checkpoint)."""
-        self._mail = {}
+        self._mail, self._got = {}, {}
         self._seq = defaultdict(int)
         self._rendezvous = {}
         self._finished = 0
@@ -495,16 +499,27 @@ class Executor:
         key = ("p2p", cls, direction, nbytes)
         plan = self._phase_cache.get(key)
         if plan is None:
-            ranks, peers = self.layout.peer_ranks(cls, direction)
-            dev = self.layout.device
-            plan = (collectives.point_to_point(dev[ranks], dev[peers], nbytes),
-                    [int(c) for c in np.unique(self.layout.rank_class[peers])])
-            self._phase_cache[key] = plan
+            lay = self.layout
+            ranks, peers = lay.peer_ranks(cls, direction)
+            dst = [int(c) for c in np.unique(lay.rank_class[peers])]
+            for c in dst:  # classes sending to it (several: a TP group beside split ones)
+                self._senders[(c, direction)] = len(np.unique(
+                    lay.rank_class[lay.peer_ranks(c, -direction)[1]]))
+            plan = self._phase_cache[key] = (collectives.point_to_point(
+                lay.device[ranks], lay.device[peers], nbytes), dst)
         return plan
 
-    def _deliver(self, dst_classes: list[int], tag: tuple) -> None:
+    def _deliver(self, dst_classes: list[int], tag: tuple, direction: int) -> None:
+        """The message ``tag`` has arrived at ``dst_classes``; a class whose ranks receive
+        from several classes gets it when the last of them has sent."""
         for dst_cls in dst_classes:
             key = (dst_cls, tag)
+            n = self._senders[(dst_cls, direction)]
+            if n > 1:
+                got = self._got[key] = self._got.get(key, 0) + 1
+                if got < n:
+                    continue
+                del self._got[key]
             ev = self._mail.get(key)
             if ev is None:
                 ev = self._mail[key] = self.env.event()
@@ -522,7 +537,7 @@ class Executor:
         finally:
             self._in_flight(ends, -1, "p2p")
         self._comm_energy(ends, phases, t0, "p2p")
-        self._deliver(dst_classes, tag)
+        self._deliver(dst_classes, tag, direction)
 
     def _send_chained(self, cls: int, direction: int, tag: tuple, nbytes: float) -> None:
         """:meth:`_send` without a process (runs that nothing can abort)."""
@@ -534,7 +549,7 @@ class Executor:
         def arrived(_e: object) -> None:
             self._in_flight(ends, -1, "p2p")
             self._comm_energy(ends, phases, t0, "p2p")
-            self._deliver(dst_classes, tag)
+            self._deliver(dst_classes, tag, direction)
 
         name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
         self.fabric.start(phases, name, cls).callbacks.append(arrived)
@@ -543,9 +558,8 @@ class Executor:
         key = (kind, cls)
         hit = self._groups_cache.get(key)
         if hit is None:
-            gids = self.layout.class_groups(kind, cls)
-            parts = tuple(int(c) for c in self.layout.group_classes(kind, gids))
-            hit = self._groups_cache[key] = (gids, parts)
+            gids, parts = self.layout.collective_of(kind, cls)
+            hit = self._groups_cache[key] = (gids, tuple(int(c) for c in parts))
         return hit
 
     def _collective(self, kind: str, cls: int, algo: str, nbytes: float,

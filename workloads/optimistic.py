@@ -100,14 +100,16 @@ class OptimisticTP:
 
     Args:
         executor: the ``workloads.executor.Executor`` whose agents run ahead.
-        groups: the links of each eligible TP collective, by its participating classes (one
-            class each, links no other TP collective uses: ``exclusive_tp_groups``).
+        groups: the links of each TP collective no other TP collective shares a link with,
+            by its participating classes (``exclusive_tp_groups``); those of one class are
+            eligible (a group split into one class per rank meets at a rendezvous).
     """
 
     def __init__(self, executor, groups: dict[tuple[int, ...], np.ndarray]):
         self.ex = executor
         self.fabric = fab = executor.fabric
         self.owner = [-1] * fab.topo.n_links  # the class whose collectives use each link
+        groups = {parts: links for parts, links in groups.items() if len(parts) == 1}
         for (cls,), links in groups.items():
             for lk in links.tolist():
                 self.owner[lk] = cls
