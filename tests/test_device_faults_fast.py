@@ -1,5 +1,5 @@
 """Faults that only change a device (stragglers, HBM degradation, cooling failures) in fast
-mode: chained transfers, one agent per TP group with the targets' groups split into one agent
+mode: chained transfers, one agent per TP group with the targets' stages split into one agent
 per rank (``Layout.solo_devices``), and every untouched class running ahead of the clock.
 
 The reference is exact mode (every rank its own agent, every transfer and collective its own
@@ -40,34 +40,23 @@ def _faulty(fault: str, exact: bool, jitter: float = 0.0, **sim) -> dict:
     return d
 
 
-def test_a_split_group_gives_each_of_its_ranks_a_class_and_keeps_the_others_grouped():
+def test_a_fault_target_splits_its_stage_into_one_class_per_rank():
+    """Ranks (d, p, t), TP fastest: a target in stage 1 gives every rank of stage 1 (in every
+    replica: the data-parallel groups of the stage keep their own times) its own class; the
+    TP groups of stage 0 keep one class each."""
     topo = build_topology("torus2d", (4, 4), "nvlink4", 4)
     plain = Layout(topo, 2, 2, 4, symmetric=False, tp_groups=True)
-    solo = int(plain.device[6])  # rank 6: group 1 (ranks 4..7)
+    solo = int(plain.device[6])  # rank 6 = (0, 1, 2)
     lay = Layout(topo, 2, 2, 4, symmetric=False, tp_groups=True, solo_devices=(solo,))
     assert [c.tolist() for c in plain.classes] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11],
                                                    [12, 13, 14, 15]]
     assert [c.tolist() for c in lay.classes] == [[0, 1, 2, 3], [4], [5], [6], [7],
-                                                 [8, 9, 10, 11], [12, 13, 14, 15]]
-    assert lay.class_stage.tolist() == [0, 1, 1, 1, 1, 0, 1]
-    assert (lay.rank_class[lay.classes[3]] == 3).all()
-
-
-def test_the_collective_of_a_split_group_and_whole_ones_is_closed_over_their_groups():
-    """Data-parallel groups are (p, t); a whole TP group's class is in every t of its stage,
-    a split one's class in its own t only: each class's collective is over every such group
-    and every class with a rank in them, the same for all of them."""
-    topo = build_topology("torus2d", (4, 4), "nvlink4", 4)
-    lay = Layout(topo, 2, 2, 4, symmetric=False, tp_groups=True,
-                 solo_devices=(int(Layout(topo, 2, 2, 4).device[6]),))
-    got = {c: lay.collective_of("dp", c) for c in range(len(lay.classes))}
-    stage1 = [c for c in got if lay.class_stage[c] == 1]
-    for c in stage1:
-        gids, parts = got[c]
-        assert gids.tolist() == [4, 5, 6, 7]  # p = 1, t = 0..3
-        assert parts.tolist() == stage1
-    gids, parts = got[0]  # stage 0: nothing split, the groups of its own ranks
-    assert gids.tolist() == [0, 1, 2, 3] and parts.tolist() == [0, 5]
+                                                 [8, 9, 10, 11], [12], [13], [14], [15]]
+    assert lay.class_stage.tolist() == [0, 1, 1, 1, 1, 0, 1, 1, 1, 1]
+    # every data-parallel group's classes are whole (no class is in part of them)
+    for g in range(lay.n_groups("dp")):
+        for c in lay.group_classes("dp", np.array([g])):
+            assert lay.class_groups("dp", int(c)).tolist() == [g] or lay.class_stage[c] == 0
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))

@@ -558,8 +558,9 @@ class Executor:
         key = (kind, cls)
         hit = self._groups_cache.get(key)
         if hit is None:
-            gids, parts = self.layout.collective_of(kind, cls)
-            hit = self._groups_cache[key] = (gids, tuple(int(c) for c in parts))
+            gids = self.layout.class_groups(kind, cls)
+            parts = tuple(int(c) for c in self.layout.group_classes(kind, gids))
+            hit = self._groups_cache[key] = (gids, parts)
         return hit
 
     def _collective(self, kind: str, cls: int, algo: str, nbytes: float,

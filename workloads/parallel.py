@@ -39,8 +39,9 @@ class Layout:
     shard: int | None = None  # ranks of a shard group (sharded data parallelism; default dp)
     protocols: str = "nccl"   # collective protocol model (workloads.nccl) or "links"
     tp_groups: bool = False   # without symmetry: one class per tensor-parallel group
-    # with tp_groups: devices whose TP group is split into one class per rank (the targets of
-    # faults that change a device: its group's members no longer run alike)
+    # with tp_groups: devices whose pipeline stage is split into one class per rank (the
+    # targets of faults that change a device: its group's members no longer run alike, and
+    # the data-parallel groups it shares with the stage's other groups keep their own times)
     solo_devices: tuple[int, ...] = ()
     device: np.ndarray = field(init=False)      # device of each rank
     rank_class: np.ndarray = field(init=False)  # class of each rank
@@ -55,13 +56,11 @@ class Layout:
         if self.symmetric:
             self.rank_class = stage.copy()
         elif self.tp_groups:  # ranks (d, p, 0..tp-1) are consecutive
-            group = r // self.tp
-            split = np.zeros(world // self.tp, dtype=bool)
             on_solo = np.isin(self.device, np.asarray(self.solo_devices, dtype=np.int64))
-            split[group[on_solo]] = True
-            # a class per unsplit group and per rank of a split one, in rank order
-            first = ~split[group] & (r % self.tp != 0)  # ranks that join their group's class
-            self.rank_class = np.cumsum(~first) - 1
+            split = np.isin(stage, stage[on_solo])
+            # a class per TP group, and per rank of a split stage, in rank order
+            joins = ~split & (r % self.tp != 0)  # ranks that join their group's class
+            self.rank_class = np.cumsum(~joins) - 1
         else:
             self.rank_class = r.copy()
         n_cls = int(self.rank_class.max()) + 1
@@ -152,20 +151,6 @@ class Layout:
     def class_groups(self, kind: str, cls: int) -> np.ndarray:
         """Distinct ``kind`` groups touched by the ranks of class ``cls``."""
         return np.unique(self.group_id(kind, self.classes[cls]))
-
-    def collective_of(self, kind: str, cls: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(groups, classes)`` of the ``kind`` collective class ``cls`` takes part in: the
-        groups its ranks are in and the classes with a rank in them, closed under that
-        relation (a TP group's class and the one-rank classes of a split group share some of
-        their data-parallel groups, not all: their collective is over the union)."""
-        gids = self.class_groups(kind, cls)
-        parts = self.group_classes(kind, gids)
-        while self.solo_devices:
-            more = np.unique(np.concatenate([self.class_groups(kind, int(c)) for c in parts]))
-            if len(more) == len(gids):
-                break
-            gids, parts = more, self.group_classes(kind, more)
-        return gids, parts
 
     def group_classes(self, kind: str, gids: np.ndarray) -> np.ndarray:
         """Classes of all ranks of the given groups."""
