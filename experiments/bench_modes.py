@@ -8,7 +8,7 @@ under 0.5%).
 
 Configurations (the issue-14 targets): GPT-3 175B on 2D tori (tp 8, pp 8, 32 microbatches of
 one sequence per replica; ``experiments.bench_e2e``) with rank symmetry and, with compute
-jitter (cov 0.05), without; the Llama 3 405B layout on 16384 GPUs (``scenarios/llama3_405b
+jitter (cov 0.05) or a straggler (device 3 at 1.5x for 1 s), without; the Llama 3 405B layout on 16384 GPUs (``scenarios/llama3_405b
 .yaml`` with dp 128); the 1T-parameter Megatron layout (tp 8, pp 64, dp 6, 512 microbatches)
 on 3072 A100s; the same with the thermal model off ("no-thermal": then the fast mode
 aggregates steady-state microbatches, ``twin.aggregate``, and ``fast_mb_simulated`` shows the
@@ -41,6 +41,14 @@ def _gpt3(devices: int, jitter: float = 0.0) -> dict:
     d = scenario_dict(devices)
     if jitter:
         d["simulation"] = {"compute_jitter_cov": jitter}
+    return d
+
+
+def _straggler(d: dict) -> dict:
+    """``d`` with device 3 computing 1.5x slower from 0.5 s for 1 s (a fault that only changes
+    a device: the fast mode stays on, the device's stage one agent per rank)."""
+    d["faults"] = [{"kind": "straggler", "device": 3, "factor": 1.5, "time_s": 0.5,
+                    "duration_s": 1.0}]
     return d
 
 
@@ -91,6 +99,10 @@ CONFIGS = {
     "gpt3-175b/256": (lambda: _gpt3(256), True, ""),
     "gpt3-175b/1024": (lambda: _gpt3(1024), False, ""),
     "gpt3-175b/256 jitter": (lambda: _gpt3(256, 0.05), True, "about linear in devices"),
+    "gpt3-175b/256 straggler": (lambda: _straggler(_gpt3(256)), True,
+                                "about linear in devices"),
+    "gpt3-175b/1024 straggler": (lambda: _straggler(_gpt3(1024)), False,
+                                 "about linear in devices"),
     "gpt3-175b/1024 jitter": (lambda: _gpt3(1024, 0.05), False, "about linear in devices"),
     "gpt3-175b/4096 jitter": (lambda: _gpt3(4096, 0.05), False, "fast <= 30 s, <= 4 GiB"),
     "gpt3-175b/16384 jitter": (lambda: _gpt3(16384, 0.05), False, "fast <= 120 s"),
