@@ -8,12 +8,12 @@ under 0.5%).
 
 Configurations (the issue-14 targets): GPT-3 175B on 2D tori (tp 8, pp 8, 32 microbatches of
 one sequence per replica; ``experiments.bench_e2e``) with rank symmetry and, with compute
-jitter (cov 0.05) or a straggler (device 3 at 1.5x for 1 s), without; the Llama 3 405B layout on 16384 GPUs (``scenarios/llama3_405b
-.yaml`` with dp 128); the 1T-parameter Megatron layout (tp 8, pp 64, dp 6, 512 microbatches)
-on 3072 A100s; the same with the thermal model off ("no-thermal": then the fast mode
-aggregates steady-state microbatches, ``twin.aggregate``, and ``fast_mb_simulated`` shows the
-reduced counts it simulated). ``--quick`` runs the small sizes only (a few minutes on 2
-cores).
+jitter (cov 0.05) or a straggler (device 3 at 1.5x for 1 s), without; the Llama 3 405B
+layout on 16384 GPUs (``scenarios/llama3_405b.yaml`` with dp 128); the 1T-parameter
+Megatron layout (tp 8, pp 64, dp 6, 512 microbatches) on 3072 A100s; the same with the
+thermal model off ("no-thermal": then the fast mode aggregates steady-state microbatches,
+``twin.aggregate``, and ``fast_mb_simulated`` shows the reduced counts it simulated).
+``--quick`` runs the small sizes only (a few minutes on 2 cores).
 
 ``python -m experiments.bench_modes [--quick] [--timeout S]``;
 ``python -m experiments.bench_modes --one NAME --mode fast|exact`` prints one JSON line.

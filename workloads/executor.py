@@ -108,8 +108,9 @@ class Executor:
             the clock, one timeout for a run of them (``Accelerator.run_at``,
             ``Fabric.run_closed``), where the result is bit-identical: only for runs in which
             nothing outside the agent reads or changes its device or those collectives' links
-            in between (no faults, no power manager, no trace; ``Executor`` further requires
-            no fault hook, no shared device streams and no bubble down-clocking of TP waits).
+            in between (no power manager, no trace; ``Executor`` further requires no fault
+            hook, no shared device streams and no bubble down-clocking of TP waits, and keeps
+            the classes in ``clocked``, whose devices a fault changes, on the clock).
         optimistic: with ``run_ahead``, also run ahead the TP collectives of groups whose
             links other traffic may reach, taken back when it does
             (``workloads.optimistic``; the flow engine's result to rounding).
@@ -502,7 +503,7 @@ class Executor:
             lay = self.layout
             ranks, peers = lay.peer_ranks(cls, direction)
             dst = [int(c) for c in np.unique(lay.rank_class[peers])]
-            for c in dst:  # classes sending to it (several: a TP group beside split ones)
+            for c in dst:  # classes sending to it (several: a TP group after a split stage)
                 self._senders[(c, direction)] = len(np.unique(
                     lay.rank_class[lay.peer_ranks(c, -direction)[1]]))
             plan = self._phase_cache[key] = (collectives.point_to_point(
