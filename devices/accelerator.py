@@ -357,7 +357,7 @@ class Accelerator:
         """Everything :meth:`run_at`, :meth:`sync`, :meth:`communication` and the idle
         accounting change, as it stands now: :meth:`restore` takes the agent back here
         (``workloads.optimistic``: work run ahead of the clock that other traffic reached)."""
-        return (vars(self.stats).copy(), self.last_t, self.energy_j, len(self._seg),
+        return (tuple(vars(self.stats).values()), self.last_t, self.energy_j, len(self._seg),
                 self.temp_c, self._alert_armed, len(self.power.alert_rows), self.ambient_c,
                 self._ambient_next, self._started, self.ps, self._jitter_i, self._jitter_buf,
                 self._member_buf, self._lags)  # (lags: replaced, never changed in place)
@@ -368,7 +368,7 @@ class Accelerator:
         (stats, self.last_t, self.energy_j, n_seg, self.temp_c, self._alert_armed, n_alerts,
          self.ambient_c, self._ambient_next, self._started, self.ps, self._jitter_i,
          self._jitter_buf, self._member_buf, self._lags) = cp
-        vars(self.stats).update(stats)
+        vars(self.stats).update(zip(vars(self.stats), stats, strict=True))
         del self._seg[n_seg:]
         rows, me = self.power.alert_rows, f"cls{self.cls}"
         rows[n_alerts:] = [r for r in rows[n_alerts:] if r[2] != me]
