@@ -518,8 +518,9 @@ class Fabric:
     def closed_counter(self, phases: list[Phase]) -> tuple[list, float]:
         """``([parts, runs not yet added to the counters], summed time s)`` of a phase list
         :meth:`run_closed` counts (a caller that runs the same list many times may keep it
-        and count a run itself: ``entry[1] += 1`` and ``closed_form_runs += 1``). Valid while
-        the failed edges stay as they are."""
+        and count a run itself, or take one back: ``entry[1] +=/-= 1`` and
+        ``closed_form_runs +=/-= 1``; byte counts are integers, so this is exact). Valid
+        while the failed edges stay as they are; not with a message sink (its rows)."""
         parts, total = self._closed_bundle(phases)
         entry = self._unfolded.get(id(phases))
         if entry is None or entry[0] is not parts:
@@ -568,14 +569,6 @@ class Fabric:
             if self.record is not None:
                 self.record(MessageRecord(t, t + d, name, owner, *row))
             t += d
-
-    def unrun_closed(self, phases: list[Phase]) -> None:
-        """Take back a :meth:`run_closed` of ``phases`` (its bytes and link counters; byte
-        counts are integers, so this is exact): work run ahead of the clock that other
-        traffic reached before it ended (``workloads.optimistic``). Not with a message
-        sink (its rows cannot be taken back)."""
-        self._unfolded[id(phases)][1] -= 1
-        self.closed_form_runs -= 1
 
     def start_partial(self, phase: Phase, elapsed: float, name: str = "",
                       owner: int = -1) -> simpy.Event:

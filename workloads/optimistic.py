@@ -16,7 +16,7 @@ reserved link at time ``s`` takes the agent back to ``s``:
 
 * the agent's state returns to what it was when it reached the first of its collectives
   whose drain ends after ``s`` (``Accelerator.checkpoint``; the fabric's counters of that
-  collective and of every later one are taken back, ``Fabric.unrun_closed``); the compute
+  collective and of every later one are taken back, ``Fabric.closed_counter``); the compute
   blocks and collectives before it stand (the network cannot have changed them);
 * if that collective had started by ``s``, the rest of it goes to the flow engine now, with
   the bytes it delivered alone so far (``Fabric.start_partial``), before the arriving
@@ -84,6 +84,7 @@ class _Entry(NamedTuple):
     t0: float           # its start, s
     drain_end: float    # its last byte, s (its links are free after)
     phases: list        # its one lock-step phase
+    counter: list       # its Fabric.closed_counter entry
     name: str           # its fabric name (tp_<algorithm>)
     state: tuple        # the agent's Accelerator.checkpoint() when it reached the collective
     tp_s: float         # the class's TP time so far, s
@@ -139,19 +140,18 @@ class OptimisticTP:
             hit = self._phase[ph] = ((closed[0], closed[2].tolist(), *fab.closed_counter(phases))
                                      if ok else (0.0, None, None, 0.0))
         drain, links, counter, total = hit
-        if links is None:
+        if links is None or fab.record is not None:  # (message rows cannot be taken back)
             return None
         if not self._on_link.keys().isdisjoint(links):
             return None
         ex = self.ex
         log = self.log.setdefault(cls, [])
         end = t + drain
-        log.append(_Entry(index, t, end, phases, name, ex.accelerators[cls].checkpoint(),
+        log.append(_Entry(index, t, end, phases, counter, name,
+                          ex.accelerators[cls].checkpoint(),
                           ex.stats[cls].tp_s, ex.ahead_ops[cls]))
         self.until[cls] = end
         self.collectives += 1
-        if fab.record is not None:
-            return fab.run_closed(phases, t, name, cls)
         counter[1] += 1  # what Fabric.run_closed counts without a message sink
         fab.closed_form_runs += 1
         return t + total
@@ -186,8 +186,9 @@ class OptimisticTP:
         e = log[k]
         ex, fab = self.ex, self.fabric
         ex.accelerators[cls].restore(e.state)
-        for later in log[k:]:
-            fab.unrun_closed(later.phases)
+        for later in log[k:]:  # the fabric's counters of what is taken back
+            later.counter[1] -= 1
+        fab.closed_form_runs -= len(log) - k
         self.collectives -= len(log) - k
         ex.stats[cls].tp_s = e.tp_s
         ex.ahead_ops[cls] = e.ops
