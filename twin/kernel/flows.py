@@ -128,9 +128,8 @@ class FlowNetwork:
         self._scratch: np.ndarray | None = None  # link -> local index table (compiled path)
         self._large = 0  # allocations of _JIT_FLOWS or more flows so far
         # called with every transfer about to join the network (new, or parked flows sending
-        # again), before any rate changes:
-        # a caller that costs work on some links ahead of the clock, outside the engine
-        # (``workloads.optimistic``), brings the part of it still in flight in first
+        # again), before any rate changes: a caller that costs work on some links ahead of the
+        # clock, outside the engine (``workloads.optimistic``), brings what is in flight in
         self.before_join: Callable[[Transfer], None] | None = None
 
     # ----------------------------------------------------------------- public
