@@ -193,7 +193,6 @@ class Fabric:
         self._steps: dict[int, int] = {}  # steps of each in-flight flow-model transfer
         self.on_stall: Callable[[int, int], None] | None = None  # called on every NoRoute
         self._closed: dict[Phase, tuple] = {}  # see closed_form
-        self.closed_form_runs = 0  # phase sequences costed in closed form (start_closed)
         self.ports = hbm_ports and model == "flow"
         if self.ports:  # link ids n .. n + devices - 1: the devices' HBM ports
             cap = np.concatenate([self.capacity, np.full(topo.n_devices, np.inf)])
@@ -512,15 +511,14 @@ class Fabric:
             return t0 + total
         entry, total = self.closed_counter(phases)
         entry[1] += 1
-        self.closed_form_runs += 1
         return t0 + total
 
     def closed_counter(self, phases: list[Phase]) -> tuple[list, float]:
         """``([parts, runs not yet added to the counters], summed time s)`` of a phase list
         :meth:`run_closed` counts (a caller that runs the same list many times may keep it
-        and count a run itself, or take one back: ``entry[1] +=/-= 1`` and
-        ``closed_form_runs +=/-= 1``; byte counts are integers, so this is exact). Valid
-        while the failed edges stay as they are; not with a message sink (its rows)."""
+        and count a run itself, or take one back: ``entry[1] +=/-= 1``; byte counts are
+        integers, so this is exact). Valid while the failed edges stay as they are; not with
+        a message sink (its rows)."""
         parts, total = self._closed_bundle(phases)
         entry = self._unfolded.get(id(phases))
         if entry is None or entry[0] is not parts:
@@ -553,7 +551,6 @@ class Fabric:
         sent_b = self._sent
         for _ph, _d, sent, _r, _row in parts:
             sent_b[sent[0]] += sent[1]
-        self.closed_form_runs += 1
         return parts, total
 
     def _closed_end(self, phases: list[Phase], parts: list, t0: float, name: str,

@@ -153,7 +153,6 @@ class OptimisticTP:
         self.until[cls] = end
         self.collectives += 1
         counter[1] += 1  # what Fabric.run_closed counts without a message sink
-        fab.closed_form_runs += 1
         return t + total
 
     def settle(self, cls: int) -> None:
@@ -188,7 +187,6 @@ class OptimisticTP:
         ex.accelerators[cls].restore(e.state)
         for later in log[k:]:  # the fabric's counters of what is taken back
             later.counter[1] -= 1
-        fab.closed_form_runs -= len(log) - k
         self.collectives -= len(log) - k
         ex.stats[cls].tp_s = e.tp_s
         ex.ahead_ops[cls] = e.ops
