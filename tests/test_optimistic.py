@@ -169,3 +169,19 @@ def test_a_restored_accelerator_runs_the_same_blocks_again_the_same_way():
         assert {k: v for k, v in st0.items() if k != "source"} == {
             k: v for k, v in st1.items() if k != "source"}
         np.testing.assert_array_equal(seg0, seg1)
+
+
+def test_tp_groups_whose_links_other_tp_groups_use_stay_in_the_flow_engine():
+    """``spread`` placement puts TP peers far apart, so the groups' rings cross each other's
+    links: no group is exclusive, none runs ahead, and the run is the flow engine's."""
+    d = _scenario(False, placement="spread", **CASES["1f1b"])
+    d["simulation"]["compute_jitter_cov"] = 0.05
+    runs = {}
+    for opt in (True, False):
+        d["simulation"]["optimistic_tp"] = opt
+        model = build(load_scenario(d))
+        runs[opt] = summarize(model, *simulate_untraced(model)[:3], 0.0)
+    on, off = runs[True], runs[False]
+    assert on["tp_optimistic_collectives"] == 0 and on["lockstep_ring_transfers"] > 0
+    assert on["iteration_time_s"] == off["iteration_time_s"]
+    assert on["energy_j"] == off["energy_j"]
