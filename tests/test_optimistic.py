@@ -85,7 +85,7 @@ def test_runs_are_taken_back_both_in_flight_and_before_a_collective_starts(monke
     assert any(seen) and not all(seen)
 
 
-def test_optimistic_collectives_stay_off_in_exact_mode_and_when_switched_off():
+def test_optimistic_collectives_stay_off_in_exact_mode():
     d = _scenario(True, **CASES["1f1b"])
     d["simulation"]["compute_jitter_cov"] = 0.05
     model = build(load_scenario(d))

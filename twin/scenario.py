@@ -209,10 +209,11 @@ class Scenario(StrictModel):
     def tp_groups(self) -> bool:
         """Whether a run without rank symmetry simulates one agent per tensor-parallel group
         (``simulation.tp_group_agents``): fast mode, TP of 2 or more, and compute jitter or
-        faults that change a device (stragglers, HBM degradation, cooling; their targets'
-        groups split into one agent per rank: ``Layout.solo_devices``) the only things that
-        tell ranks apart (no fault that aborts the job or cuts links, no memory model or
-        streams beside compute, no data path, no inlet gradient, no sharded data parallelism).
+        faults that change a device (stragglers, HBM degradation, cooling; the pipeline
+        stages of their targets split into one agent per rank: ``Layout.solo_devices``) the
+        only things that tell ranks apart (no fault that aborts the job or cuts links, no
+        memory model or streams beside compute, no data path, no inlet gradient, no sharded
+        data parallelism).
         The members of a TP group meet at every TP collective, so the group's clock is its
         slowest member's (``devices.accelerator`` tracks how far each member is behind between
         collectives). A group issues its other communication at its slowest member, where each

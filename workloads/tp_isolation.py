@@ -5,7 +5,8 @@ the flow engine would give it exactly its uncontended cost, i.e. when no other t
 run can share one of its links while it runs. This is a static check over every route the run
 can take: the links of every pipeline send (every rank, both directions), every data-parallel,
 shard and replica collective (every group, every operation, the configured algorithm) and
-every TP group's collectives.
+every TP group's collectives. ``exclusive_tp_groups`` drops the first two kinds of traffic:
+the TP collectives ``workloads.optimistic`` runs ahead, taken back when such traffic comes.
 """
 
 from __future__ import annotations
