@@ -54,6 +54,43 @@ def test_compiled_max_min_is_the_numpy_solve_to_the_bit(seed):
         assert rate[finite] == pytest.approx(wf, rel=1e-9)
 
 
+def _many_levels(rng: np.random.Generator):
+    """An incidence with many distinct rates (more levels than ``max_min_local`` scans
+    before it turns to its heap): up to 200 links of continuous random capacities, up to 400
+    flows of 1-4 links each, some pairs of links carrying exactly the same flows."""
+    n_all = int(rng.integers(20, 200))
+    cap = rng.uniform(1.0, 50.0, n_all)
+    n_flows = int(rng.integers(50, 400))
+    ef, el = [], []
+    for f in range(n_flows):
+        links = rng.choice(n_all, size=int(rng.integers(1, 5)), replace=False)
+        if rng.integers(4) == 0:  # a twin link: same flows, same capacity
+            links = np.append(links, n_all - 1 - links[0]) if n_all - 1 - links[0] not in links \
+                else links
+        ef += [f] * len(links)
+        el += links.tolist()
+    return (np.array(ef, dtype=np.int64), np.array(el, dtype=np.int64), n_flows, cap)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_compiled_max_min_with_many_levels_is_the_numpy_solve_to_the_bit(seed):
+    """More levels than the compiled solve scans (``_SCAN_LEVELS``): the rest go through
+    its heap of link shares, from the state the scans left."""
+    from twin.kernel.maxmin_jit import _SCAN_LEVELS
+
+    ef, el, n, cap = _many_levels(np.random.default_rng(1000 + seed))
+    scratch = np.full(len(cap), -1, dtype=np.int64)
+    rate, ulinks, inv = compact_max_min(ef, el, n, cap, scratch)
+    want_links, want_inv = np.unique(el, return_inverse=True)
+    want = _max_min_local(ef, want_inv, n, cap[want_links])
+    assert len(np.unique(want)) > _SCAN_LEVELS  # the heap part was reached
+    assert rate.tobytes() == want.tobytes()
+    assert np.array_equal(ulinks, want_links) and np.array_equal(inv, want_inv)
+    assert (scratch == -1).all()
+    routes = [el[ef == f].tolist() for f in range(n)]
+    assert rate == pytest.approx(ref.water_fill(routes, cap.tolist()), rel=1e-9)
+
+
 def _stepped_state(rng: np.random.Generator) -> tuple[Transfer, np.ndarray, np.ndarray]:
     """A stepped transfer part way through (``(transfer, active flows, their rates)``): its
     slowest flows pending in step ``top`` from the end, others parked at the end of the step

@@ -33,15 +33,28 @@ def compact_max_min(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int
     ``scratch`` is an int64 array over every link of the network holding -1; it is used as
     the link -> local index table and left holding -1 again."""
     n_ent = entry_link.size
-    ulist = np.empty(n_ent, dtype=np.int64)
+    n_all = scratch.size
     n_u = 0
     for e in range(n_ent):
         lk = entry_link[e]
         if scratch[lk] < 0:
             scratch[lk] = 0
-            ulist[n_u] = lk
             n_u += 1
-    ulinks = np.sort(ulist[:n_u])
+    ulinks = np.empty(n_u, dtype=np.int64)
+    k = 0
+    if 16 * n_u < n_all:  # few links: sort them (numba's sort costs ~30 ns per element)
+        for e in range(n_ent):
+            lk = entry_link[e]
+            if scratch[lk] == 0:
+                scratch[lk] = 1
+                ulinks[k] = lk
+                k += 1
+        ulinks.sort()
+    else:  # a good part of the network: scan it in order
+        for lk in range(n_all):
+            if scratch[lk] >= 0:
+                ulinks[k] = lk
+                k += 1
     for j in range(n_u):
         scratch[ulinks[j]] = j
     inv = np.empty(n_ent, dtype=np.int64)
@@ -55,15 +68,23 @@ def compact_max_min(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int
     return max_min_local(entry_flow, inv, n_flows, cap), ulinks, inv
 
 
+#: levels solved by scanning every live link and entry before :func:`max_min_local` turns
+#: to its heap of link shares (a few levels is the common case: a scan costs less than the
+#: heap's pushes; many distinct rates would cost levels x entries by scanning)
+_SCAN_LEVELS = 12
+
+
 @numba.njit(cache=True, nogil=True)
 def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
                   cap: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """:func:`twin.kernel.maxmin._max_min_local`, level by level, with a heap of the links'
-    shares: the least share ``rem / count`` among links with live entries is the level, every
-    link within ``1e-12`` of it a bottleneck, its flows frozen at the level, and on every link
-    they cross ``rem -= level x (entries leaving)``, clipped at 0, once per level. Only the
-    links a level touches are re-shared (the others' ``rem / count`` is what it was: the NumPy
-    form recomputes the same quotient), so a level costs what it freezes, not every entry."""
+    """:func:`twin.kernel.maxmin._max_min_local`, level by level: the least share
+    ``rem / count`` among links with live entries is the level, every link within ``1e-12``
+    of it a bottleneck, its flows frozen at the level, and on every link they cross
+    ``rem -= level x (entries leaving)``, clipped at 0, once per level.
+
+    The first ``_SCAN_LEVELS`` levels scan the live links and entries (compacted after each
+    level, as the NumPy form does); a component with more distinct rates goes on with
+    :func:`_heap_levels`, which re-shares only the links a level touches."""
     n_links = cap.size
     n_ent = local.size
     rate = np.full(n_flows, np.inf)
@@ -71,11 +92,85 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
         return rate
     rem = cap.copy()
     cnt = np.zeros(n_links, dtype=np.int64)
-    f_cnt = np.zeros(n_flows + 1, dtype=np.int64)
     for e in range(n_ent):
         cnt[local[e]] += 1
+    ef = entry_flow.copy()
+    lk = local.copy()
+    live = np.empty(n_links, dtype=np.int64)  # links with live entries
+    n_live = 0
+    for j in range(n_links):
+        if cnt[j] > 0:
+            live[n_live] = j
+            n_live += 1
+    frozen = np.zeros(n_flows, dtype=np.bool_)
+    bott = np.zeros(n_links, dtype=np.bool_)
+    gone = np.zeros(n_links, dtype=np.int64)
+    n_e = n_ent
+    levels = 0
+    while n_e > 0:
+        if levels == _SCAN_LEVELS:
+            _heap_levels(ef[:n_e], lk[:n_e], n_flows, rem, cnt, rate, frozen)
+            return rate
+        levels += 1
+        level = np.inf
+        for i in range(n_live):
+            j = live[i]
+            s = rem[j] / cnt[j]
+            if s < level:
+                level = s
+        thr = level * (1 + 1e-12)
+        for i in range(n_live):
+            j = live[i]
+            bott[j] = rem[j] / cnt[j] <= thr
+        for e in range(n_e):
+            if bott[lk[e]]:
+                f = ef[e]
+                if not frozen[f]:
+                    frozen[f] = True
+                    rate[f] = level
+        w = 0
+        for e in range(n_e):
+            f = ef[e]
+            if frozen[f]:
+                gone[lk[e]] += 1
+            else:
+                ef[w] = f
+                lk[w] = lk[e]
+                w += 1
+        n_e = w
+        k = 0
+        for i in range(n_live):
+            j = live[i]
+            bott[j] = False
+            g = gone[j]
+            if g > 0:
+                r = rem[j] - level * g
+                if r < 0.0:
+                    r = 0.0
+                rem[j] = r
+                cnt[j] -= g
+                gone[j] = 0
+            if cnt[j] > 0:
+                live[k] = j
+                k += 1
+        n_live = k
+    return rate
+
+
+@numba.njit(cache=True, nogil=True)
+def _heap_levels(entry_flow: np.ndarray, local: np.ndarray, n_flows: int, rem: np.ndarray,
+                 cnt: np.ndarray, rate: np.ndarray,
+                 frozen: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The remaining levels of :func:`max_min_local` from its state (the live entries,
+    each link's ``rem`` and live ``cnt``, the rates and frozen flows so far), with a heap of
+    the links' shares: only the links a level touches are re-shared (the others' ``rem /
+    count`` is what it was), so a level costs what it freezes, not every entry."""
+    n_links = rem.size
+    n_ent = local.size
+    f_cnt = np.zeros(n_flows + 1, dtype=np.int64)
+    for e in range(n_ent):
         f_cnt[entry_flow[e] + 1] += 1
-    # entries by link and by flow (CSR)
+    # live entries by link and by flow (CSR)
     l_start = np.zeros(n_links + 1, dtype=np.int64)
     for j in range(n_links):
         l_start[j + 1] = l_start[j] + cnt[j]
@@ -96,7 +191,6 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
     # (share, link, version): an entry is live while its version is the link's
     heap = [(rem[j] / cnt[j], j, ver[j]) for j in range(n_links) if cnt[j] > 0]
     heapq.heapify(heap)
-    frozen = np.zeros(n_flows, dtype=np.bool_)
     gone = np.zeros(n_links, dtype=np.int64)
     touched = np.empty(n_links, dtype=np.int64)
     bott = np.empty(n_links, dtype=np.int64)
@@ -138,7 +232,6 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
             ver[lk] += 1
             if cnt[lk] > 0:
                 heapq.heappush(heap, (rem[lk] / cnt[lk], lk, ver[lk]))
-    return rate
 
 
 @numba.njit(cache=True, nogil=True)
