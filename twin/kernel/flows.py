@@ -127,9 +127,11 @@ class FlowNetwork:
         self.solo_starts = 0     # of which fresh transfers alone in their component
         self._scratch: np.ndarray | None = None  # link -> local index table (compiled path)
         self._large = 0  # allocations of _JIT_FLOWS or more flows so far
-        # called with every transfer about to join the network (new, or parked flows sending
-        # again), before any rate changes: a caller that costs work on some links ahead of the
-        # clock, outside the engine (``workloads.optimistic``), brings what is in flight in
+        # called with every transfer about to join the network (new, or cut flows put back on
+        # new routes; parked flows never left it), before any rate changes: a caller that
+        # costs work on some links ahead of the clock, outside the engine
+        # (``workloads.optimistic``: it reserves only links no transfer is on), brings what is
+        # in flight in
         self.before_join: Callable[[Transfer], None] | None = None
 
     # ----------------------------------------------------------------- public
@@ -387,8 +389,10 @@ class FlowNetwork:
         for t in comp.transfers.values():
             if t.active.any():
                 live.append(t)
-            else:
-                t.comp = None  # all its flows were cut: it waits outside any component
+            else:  # all its flows were cut (or wait for cut ones): it waits outside any
+                self._unregister(t, t.links)  # component, until resume() joins it again
+                t.links = frozenset()
+                t.comp = None
         if not live:
             return
         now = self.env.now
@@ -674,7 +678,6 @@ class FlowNetwork:
             if len(done) == 0:
                 continue
             changed = True
-            left += len(done)
             if comp.target is None:
                 tr.remaining[done] = 0.0
             else:  # a step end (0 at the last step)
@@ -682,7 +685,9 @@ class FlowNetwork:
                                               comp.target[lo:hi][hit])
             if tr.steps > 1 and tr.park_ahead():
                 released.append(tr)
-            tr.active[done[tr.remaining[done] <= 0.0]] = False
+            ended = done[tr.remaining[done] <= 0.0]  # (the others parked or step on)
+            left += len(ended)
+            tr.active[ended] = False
             if not tr.active.any() and not (tr.remaining > 0).any():
                 finished.append(tr)
                 if tr.whole:  # every flow ended together on its original route
@@ -693,35 +698,22 @@ class FlowNetwork:
             else:
                 self._account(tr, done)
                 tr.whole = False  # link totals are now accounted flow by flow
-                if tr not in released:
+                if len(ended):
                     self._relink(tr)
         for tr in finished:
             self._detach(tr)
             self._complete(tr)
-        for tr in released:  # its parked flows send again: it may join other components
-            self._detach(tr)
-            tr.reindex()
-        # Splitting a component costs a union-find over its links; do it when a large part
-        # of it stopped (that is when it may fall apart), otherwise keep it whole: the
-        # allocation of a union of disconnected parts is still exact.
+        # A parked flow keeps its links (``Transfer.active_links``): the transfer stays in
+        # this component and its released flows send again in it, with no join. Splitting a
+        # component costs a union-find over its links; do it when a large part of its flows
+        # ended (that is when it may fall apart), otherwise keep it whole: the allocation of
+        # a union of disconnected parts is still exact.
         if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
             self._rebuild(comp)
         elif comp.transfers:
-            if released:
-                # the released transfers rejoin now, mostly into this component, whose
-                # allocation without them would hold for no time: allocate it once, after
-                # them, unless a join did (or merged it into another component)
-                gen = comp.gen
-                for tr in released:
-                    self._join(tr)
-                if comp.gen == gen and comp in self._comps:
-                    self._allocate(comp)
-                return
             self._allocate(comp)
         else:
             self._rebuild(comp)
-        for tr in released:
-            self._join(tr)
 
     def _finish_solo(self, comp: Component) -> None:
         """The timer of a component of one whole transfer whose flows are all due: what

@@ -144,8 +144,11 @@ class Transfer:
         self.links = self.active_links()
 
     def active_links(self) -> frozenset[int]:
-        """Links crossed by the flows still sending."""
-        return frozenset(self.entry_link[self.active[self.entry_owner]].tolist())
+        """Links crossed by the flows still sending or parked at a step barrier (a parked
+        flow sends again on them when the barrier opens: the engine keeps them in the link
+        index, and the transfer in its component, meanwhile)."""
+        return frozenset(self.entry_link[(self.active | self.parked)[self.entry_owner]]
+                         .tolist())
 
     def steps_left(self) -> np.ndarray:
         """Steps each flow has not finished (a flow at a step end has finished that step)."""
