@@ -17,7 +17,7 @@ import tests.test_flows_reference as ref
 from twin.kernel import flows
 from twin.kernel.maxmin import _max_min_local
 from twin.kernel.maxmin_jit import compact_max_min
-from twin.kernel.transfer import Transfer
+from twin.kernel.transfer import Component, Transfer
 
 
 def _instance(rng: np.random.Generator):
@@ -129,6 +129,13 @@ def _stepped_state(rng: np.random.Generator) -> tuple[Transfer, np.ndarray, np.n
     return tr, act, rates
 
 
+def _comp(slices: list) -> Component:
+    """A component holding ``slices`` (what the compiled step targets read)."""
+    comp = Component(0.0)
+    comp.slices = slices
+    return comp
+
+
 @pytest.mark.parametrize("seed", range(400))
 def test_compiled_step_targets_are_the_methods_to_the_bit(seed):
     """``step_targets`` against ``FlowNetwork._step_target`` on a transfer in the states a
@@ -136,7 +143,7 @@ def test_compiled_step_targets_are_the_methods_to_the_bit(seed):
     equal, a hair apart or not): the same None / target, the same bits."""
     tr, act, rate = _stepped_state(np.random.default_rng(seed))
     want = flows.FlowNetwork._step_target(tr, act, rate)
-    to_go, got = flows._step_targets_compiled([(tr, 0, len(act), act)], rate)
+    to_go, got = flows._step_targets_compiled(_comp([(tr, 0, len(act), act)]), rate)
     if want is None:
         assert got is None
         assert to_go.tobytes() == tr.remaining[act].tobytes()
@@ -160,7 +167,8 @@ def test_compiled_step_targets_of_several_transfers_in_one_call(seed):
         want.append((rate, step))
         n += len(act)
     rate = np.concatenate([r for r, _w in want])
-    to_go, got = flows._step_targets_compiled(slices, rate)
+    comp = _comp(slices)
+    to_go, got = flows._step_targets_compiled(comp, rate)
     expect = np.concatenate([np.zeros(len(r)) if w is None else w for r, w in want])
     if all(w is None for _r, w in want):
         assert got is None
@@ -168,6 +176,39 @@ def test_compiled_step_targets_of_several_transfers_in_one_call(seed):
         assert got.tobytes() == expect.tobytes()
     rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
     assert to_go.tobytes() == (rem - expect).tobytes()
+
+
+def test_compiled_step_targets_keep_statics_only_for_the_same_stepped_transfers():
+    """The step sizes and offsets kept on the component serve a later call with the same
+    stepped transfers (other flows active, other bytes left) and are rebuilt when they
+    change: every call equals the method on each slice."""
+    rng = np.random.default_rng(99)
+    states = [_stepped_state(rng) for _ in range(3)]
+    for j, (tr, _a, _r) in enumerate(states):
+        tr.id = j
+    comp = Component(0.0)
+
+    def check(which):
+        slices, want, n = [], [], 0
+        for tr, act, rate in which:
+            slices.append((tr, n, n + len(act), act))
+            want.append(flows.FlowNetwork._step_target(tr, act, rate))
+            n += len(act)
+        comp.slices = slices
+        rate = np.concatenate([r for _t, _a, r in which])
+        _to_go, got = flows._step_targets_compiled(comp, rate)
+        expect = np.concatenate([np.zeros(len(a)) if w is None else w
+                                 for (_t, a, _r), w in zip(which, want, strict=True)])
+        assert (got if got is not None else np.zeros(n)).tobytes() == expect.tobytes()
+
+    check(states[:2])
+    kept = comp.statics
+    tr, act, _rate = states[1]
+    tr.remaining[act] *= 0.5  # same transfers, other state
+    check(states[:2])
+    assert comp.statics is kept
+    check(states[1:])  # other transfers: rebuilt
+    assert comp.statics is not kept and comp.statics[0] == (1, 2)
 
 
 def test_compiled_step_targets_take_the_methods_shortcut_on_every_slice():
@@ -186,7 +227,7 @@ def test_compiled_step_targets_take_the_methods_shortcut_on_every_slice():
     assert flows.FlowNetwork._step_target(tr, act, rate) is None
     n0 = len(act0)
     slices = [(first, 0, n0, act0), (tr, n0, n0 + 4, act)]
-    _to_go, got = flows._step_targets_compiled(slices, np.concatenate([rate0, rate]))
+    _to_go, got = flows._step_targets_compiled(_comp(slices), np.concatenate([rate0, rate]))
     want0 = flows.FlowNetwork._step_target(first, act0, rate0)
     if want0 is None:
         assert got is None
@@ -223,9 +264,9 @@ def _run(transfers, threshold, monkeypatch, cap):
     calls = []
     real = flows._step_targets_compiled
 
-    def counted(slices, rate):
+    def counted(comp, rate):
         calls.append(len(rate))
-        return real(slices, rate)
+        return real(comp, rate)
 
     monkeypatch.setattr(flows, "_step_targets_compiled", counted)
     ends, net = ref.engine_run(cap, transfers)

@@ -59,27 +59,36 @@ def _compiled():
     return jit
 
 
-def _step_targets_compiled(slices: list, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+def _step_targets_compiled(comp: Component, rate: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray | None]:
     """``(bytes of every flow to its next event, step targets or None)``: what
     :meth:`FlowNetwork._allocate` derives with :meth:`FlowNetwork._step_target` slice by
     slice, in one compiled call over the component's stepped transfers (a slice without a
-    target has target 0, and ``rem - 0.0`` is ``rem``: the same values)."""
+    target has target 0, and ``rem - 0.0`` is ``rem``: the same values). What does not change
+    while the component holds the same stepped transfers (their flows' step sizes, their
+    offsets) is kept on the component."""
+    slices = comp.slices
     rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
     stepped = [(tr, lo, hi) for tr, lo, hi, _act in slices if tr.steps > 1]
     if not stepped:
         return rem, None
+    ids = tuple(tr.id for tr, _l, _h in stepped)
+    statics = comp.statics
+    if statics is None or statics[0] != ids:
+        f_lo = np.fromiter(accumulate((len(tr.remaining) for tr, _lo, _hi in stepped),
+                                      initial=0), dtype=np.int64, count=len(stepped) + 1)
+        statics = comp.statics = (
+            ids, f_lo, np.concatenate([tr._per_step for tr, _l, _h in stepped]),
+            np.concatenate([tr.step_size for tr, _l, _h in stepped]),
+            np.array([tr.uniform for tr, _l, _h in stepped], dtype=bool))
+    _ids, f_lo, per_step, step_size, uniform = statics
     target = np.zeros(len(rate))
-    f_lo = np.fromiter(accumulate((len(tr.remaining) for tr, _lo, _hi in stepped), initial=0),
-                       dtype=np.int64, count=len(stepped) + 1)
     has = _compiled().step_targets(
         rate, np.array([lo for _t, lo, _h in stepped], dtype=np.int64),
         np.array([hi for _t, _l, hi in stepped], dtype=np.int64),
         np.concatenate([act for _tr, _lo, _hi, act in slices]), f_lo,
-        np.concatenate([tr.remaining for tr, _l, _h in stepped]),
-        np.concatenate([tr._per_step for tr, _l, _h in stepped]),
-        np.concatenate([tr.parked for tr, _l, _h in stepped]),
-        np.concatenate([tr.step_size for tr, _l, _h in stepped]),
-        np.array([tr.uniform for tr, _l, _h in stepped], dtype=bool), target)
+        np.concatenate([tr.remaining for tr, _l, _h in stepped]), per_step,
+        np.concatenate([tr.parked for tr, _l, _h in stepped]), step_size, uniform, target)
     if not has.any():
         return rem, None
     return rem - target, target
@@ -474,20 +483,26 @@ class FlowNetwork:
             comp.slices = slices
             use_jit = self._compiled_pays(n)
         else:
-            slices, ent_f, ent_l, tols = [], [], [], []
+            slices, ent_f, ent_l, tols, offs, lens = [], [], [], [], [], []
             n = 0
             for tr in trs:
                 inc = tr.incidence()
                 if inc is None:
                     continue
                 act, local, links, tol = inc
-                ent_f.append(local + n if n else local)
+                ent_f.append(local)
                 ent_l.append(links)
                 tols.append(tol)
+                offs.append(n)
+                lens.append(len(local))
                 slices.append((tr, n, n + len(act), act))
                 n += len(act)
             comp.slices = slices
-            entry_flow = np.concatenate(ent_f) if ent_f else np.empty(0, dtype=np.int64)
+            if len(ent_f) > 1:  # each transfer's entries point to its flows: shift them
+                entry_flow = np.concatenate(ent_f)
+                entry_flow += np.repeat(offs, lens)
+            else:
+                entry_flow = ent_f[0] if ent_f else np.empty(0, dtype=np.int64)
             entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
             use_jit = self._compiled_pays(n)
             if use_jit:
@@ -511,7 +526,7 @@ class FlowNetwork:
         comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
                                   count=len(comp.slices))
         if use_jit:
-            to_go, comp.target = _step_targets_compiled(comp.slices, rate)
+            to_go, comp.target = _step_targets_compiled(comp, rate)
         else:
             rems, targets, stepped = [], [], False
             for tr, lo, hi, act in comp.slices:
@@ -640,14 +655,14 @@ class FlowNetwork:
         comp.last = now
         if dt <= 0 or len(comp.rate) == 0:
             return
-        rate = comp.rate
+        drained = comp.rate * dt
         for tr, lo, hi, act in comp.slices:
             if tr.whole:
                 r = tr.remaining
-                r -= rate[lo:hi] * dt
+                r -= drained[lo:hi]
                 np.maximum(r, 0.0, out=r)
             else:
-                rem = tr.remaining[act] - rate[lo:hi] * dt
+                rem = tr.remaining[act] - drained[lo:hi]
                 tr.remaining[act] = np.maximum(rem, 0.0)
         comp.busy += dt
 

@@ -182,7 +182,7 @@ class Component:
     """Transfers connected through shared links, with their current allocation."""
 
     __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
-                 "starts", "target", "tol", "transfers", "ulinks")
+                 "starts", "statics", "target", "tol", "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -198,4 +198,7 @@ class Component:
         self.tol = np.empty(0)  # remaining bytes at or below which a flow is done
         self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
         self.target = None  # remaining bytes of each flow at its next step end (stepped only)
+        # (ids of the stepped transfers, what the compiled step targets take of them that
+        # does not change): kept by twin.kernel.flows._step_targets_compiled
+        self.statics: tuple | None = None
         self.busy = 0.0
