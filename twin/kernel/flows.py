@@ -675,10 +675,9 @@ class FlowNetwork:
             self._finish_solo(comp)
             return
         finished: list[Transfer] = []
-        released: list[Transfer] = []
         changed = False
         n_flows = len(comp.rate)
-        left = 0  # flows that stopped
+        left = 0  # flows that ended (not the parked ones)
         slices = comp.slices
         rem = [tr.remaining if tr.whole else tr.remaining[act] for tr, _lo, _hi, act in slices]
         hit_all = ((rem[0] if len(rem) == 1 else np.concatenate(rem)) <= comp.tol) | comp.due
@@ -698,8 +697,8 @@ class FlowNetwork:
             else:  # a step end (0 at the last step)
                 tr.remaining[done] = np.where(tr.remaining[done] <= tol[hit], 0.0,
                                               comp.target[lo:hi][hit])
-            if tr.steps > 1 and tr.park_ahead():
-                released.append(tr)
+            if tr.steps > 1:
+                tr.park_ahead()  # (flows released from the barrier send again in place)
             ended = done[tr.remaining[done] <= 0.0]  # (the others parked or step on)
             left += len(ended)
             tr.active[ended] = False
