@@ -152,12 +152,26 @@ class Exponential(StrictModel):
         return float(rng.exponential(self.mean_s))
 
 
+#: Smallest Weibull shape ``k`` whose mean factor ``Gamma(1 + 1/k)`` is a finite float
+#: (``Gamma(171) ~ 7e306``; below ``k = 1/170`` it overflows): shapes that small put all but a
+#: vanishing share of the failures at time ~0 and the rest beyond any run.
+WEIBULL_MIN_SHAPE = 1.0 / 170.0
+
+
+def _weibull_mean_factor(k: float) -> float:
+    """``Gamma(1 + 1/k)``, the Weibull mean over its scale, or a ValueError naming ``shape``."""
+    if not k >= WEIBULL_MIN_SHAPE:
+        raise ValueError(f"shape must be >= {WEIBULL_MIN_SHAPE:.6g} (1/170: the mean "
+                         f"scale x Gamma(1 + 1/shape) overflows below it), got {k!r}")
+    return math.gamma(1.0 + 1.0 / k)
+
+
 class Weibull(StrictModel):
     """Weibull time ``scale * W`` with shape ``k`` (< 1: infant mortality, > 1: wear-out);
     ``scale_s``, or the mean of a catalog entry (``scale = mean / Gamma(1 + 1/k)``)."""
 
     dist: Literal["weibull"]
-    shape: PositiveFloat = Field(description="shape k")
+    shape: PositiveFloat = Field(ge=WEIBULL_MIN_SHAPE, description="shape k (>= 1/170)")
     scale_s: PositiveFloat | None = Field(default=None, description="scale, s")
     catalog: str | None = None
     acceleration: PositiveFloat = 1.0
@@ -170,7 +184,7 @@ class Weibull(StrictModel):
             k = d.get("shape")
             if not isinstance(k, (int, float)) or not k > 0:
                 raise ValueError(f"shape must be a number > 0, got {k!r}")
-            return mean / math.gamma(1.0 + 1.0 / float(k))
+            return mean / _weibull_mean_factor(float(k))
         return _resolve_catalog(data, "scale_s", scale)
 
     @model_validator(mode="after")
@@ -182,7 +196,7 @@ class Weibull(StrictModel):
     @property
     def mean(self) -> float:
         """Mean, s."""
-        return float(self.scale_s) * math.gamma(1.0 + 1.0 / self.shape)
+        return float(self.scale_s) * _weibull_mean_factor(self.shape)
 
     def sample(self, rng: np.random.Generator) -> float:
         """One draw, s."""

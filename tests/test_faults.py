@@ -68,6 +68,11 @@ def test_scenario_library_fault_entries_round_trip():
     ({"kind": "hbm_degradation", "device": 1, "time_s": 0,
       "tail": {"name": "pareto", "alpha": 0.5, "mean": 2}}, "faults.0.tail"),
     ({"kind": "accelerator_failure", "device": 1, "time_s": 1, "duration_s": 2}, "faults.0"),
+    # Gamma(1 + 1/k) overflows a float below k = 1/170: an error, not an OverflowError
+    ({"kind": "link_failure", "link": [0, 1], "ttf": {"dist": "weibull", "shape": 1e-300,
+                                                      "catalog": "link-brief"}}, "faults.0.ttf"),
+    ({"kind": "link_failure", "link": [0, 1], "ttf": {"dist": "weibull", "shape": 0.005,
+                                                      "scale_s": 10}}, "faults.0.ttf.shape"),
 ])
 def test_fault_errors_name_the_field(fault, path):
     assert _paths(_scen(faults=[fault])) == [path]
