@@ -48,34 +48,23 @@ ABORT = _Abort()
 
 
 def _lockstep(steps: int, routes: list, total: np.ndarray) -> bool:
-    """Whether a phase's flows may go to the flow engine as one lock-step flow (fast mode
-    without rank symmetry, ``Fabric.lockstep_rings``): a bulk-synchronous phase (``steps >
-    1``: the rounds of a ring collective) of two or more flows of equal size, each with a
-    route.
+    """Whether a phase's flows may go to the flow engine as one lock-step flow
+    (``Fabric.lockstep_rings``): a bulk-synchronous phase (``steps > 1``: the rounds of a
+    ring collective) of two or more flows of equal size, each with a route.
 
     The lock-step flow crosses every link of every member's route, a link as many times as
-    members cross it, so that max-min sharing gives all members one rate (a weighted flow:
-    ``twin.kernel.maxmin`` counts a repeated link entry as one more user). That is the
-    per-flow model exactly while the members' max-min rates are equal (a ring alone on its
-    links, or rings contending in step: both solves raise the same levels on the same
-    entries); when contention makes them differ, the per-flow model lets the faster members
-    finish their step early and leave their links to others until the slowest reaches the
-    barrier, an event per step and ring, while the lock-step flow runs all members at the
-    slowest one's rate and leaves the difference to others all along. In one solve the
-    lock-step rate is the level at which the per-flow solve freezes the ring's first member
-    (the levels below it are the same), i.e. its slowest member's rate; over a step the
-    per-flow model lets each member integrate its own rate while lock-step takes the
-    instantaneous minimum, so a ring under varying contention is usually slower (measured
-    below; not a theorem: the other traffic's rates change too).
-
-    Tensor-parallel rings only (``allow_lockstep``, from the executor): a TP group's ring is
-    small and mostly alone on its links, so its members' rates are equal nearly always
-    (GPT-3 175B with compute jitter 0.05, 4 microbatches per replica: iteration time the
-    same to 1e-14 relative on 1024 devices, +0.13% on 256, CPU 17.4 -> 9.3 s on 1024); a
-    data-parallel ring crosses the cluster beside TP and pipeline traffic that comes and
-    goes out of step, and lock-step made those runs +1.05% (256) and +2.3% (1024) slower
-    than the per-flow model, beyond the fast mode's 0.5%. ``simulation.exact`` keeps the
-    per-flow model; ``tests/test_exact.py`` checks the two agree."""
+    members cross it, so max-min sharing gives all members one rate, the slowest member's (a
+    weighted flow: ``twin.kernel.maxmin`` counts a repeated link entry as one more user).
+    While the members' rates are equal (a ring alone, or rings in step) that is the per-step
+    model exactly; under contention that varies along the ring the per-step model lets the
+    faster members finish their chunk early and leave their links to others until the
+    slowest reaches the barrier (an event per step and ring). Cutting the steps finer moves
+    the per-step model to the lock-step one (GPT-3 175B, jitter 0.05, 4 microbatches, 1024
+    devices: iteration 1.7403 s with a barrier per chunk, 1.7790 / 1.7833 s with 16 / 64 per
+    chunk, lock-step 1.7853 s; ``tests/test_lockstep.py``). Used for every ring phase with
+    ``network.ring_model: lockstep``, and under the default ``step`` for tensor-parallel
+    rings as a fast-mode shortcut (``allow_lockstep``: a TP ring is small and mostly alone on
+    its links; 1024 devices: the same iteration time to 1e-14, 256: +0.13%)."""
     if steps <= 1 or len(routes) < 2 or not all(len(r) for r in routes):
         return False
     return bool(total[0] > 0 and np.all(total == total[0]))
@@ -152,7 +141,8 @@ class Fabric:
                  model: str = "flow", packet_bytes: float = 1 << 20,
                  retransmit_timeout_s: float = 1.0,
                  record: Callable[[MessageRecord], None] | None = None,
-                 hbm_ports: bool = False, lockstep_rings: bool = False):
+                 hbm_ports: bool = False, lockstep_rings: bool | str = False,
+                 ring_substeps: int = 1):
         self.env = env
         self.topo = topo
         self.router = router
@@ -214,10 +204,13 @@ class Fabric:
         self._unfolded: dict[int, list] = {}
         self._bundles: dict[int, tuple] = {}  # see _closed_bundle
         self._profiles: dict[tuple, tuple[float, bool, float]] = {}  # see profile
-        # a ring's flows as one lock-step flow (see _lockstep; fast mode without symmetry),
-        # for the phases the caller allows (allow_lockstep)
-        self.lockstep_rings = lockstep_rings and model == "flow"
+        # a ring's flows as one lock-step flow (see _lockstep): every ring phase ("all":
+        # network.ring_model lockstep), or the phases the caller allows (allow_lockstep: the
+        # fast mode's TP rings without symmetry)
+        self.lockstep_rings = bool(lockstep_rings) and model == "flow"
+        self._lockstep_all = self.lockstep_rings and lockstep_rings == "all"
         self._lockstep_ok: set[Phase] = set()
+        self.substeps = int(ring_substeps)  # barriers per ring chunk (network.ring_substeps)
         self.lockstep_transfers = 0  # transfers sent as one lock-step flow so far
 
     # ----------------------------------------------------------------- accounting
@@ -392,7 +385,8 @@ class Fabric:
         self._sent[sent[0]] += sent[1]
         if self.model == "flow":
             tr = self.flows.transfer(flow_routes, flow_total, latency=alpha * phase.steps,
-                                     tag=name, key=key, steps=1 if lockstep else phase.steps)
+                                     tag=name, key=key,
+                                     steps=1 if lockstep else phase.steps * self.substeps)
             self.lockstep_transfers += lockstep
             self._steps[tr.id] = phase.steps
             try:
@@ -586,7 +580,7 @@ class Fabric:
          lockstep) = self._plan(phase)
         self._sent[sent[0]] += sent[1]
         tr = self.flows.transfer(routes, total, latency=alpha * phase.steps, tag=name, key=key,
-                                 steps=1 if lockstep else phase.steps,
+                                 steps=1 if lockstep else phase.steps * self.substeps,
                                  done_fraction=done_fraction, busy_s=busy_s)
         self.lockstep_transfers += lockstep
 
@@ -638,7 +632,8 @@ class Fabric:
                                                phase.dst.tolist()), total
         if self.quotient is not None:
             flow_routes, flow_total = self._reduce(phase, flow_routes, total)
-        lockstep = (phase in self._lockstep_ok and self.quotient is None and not failed
+        lockstep = ((self._lockstep_all or phase in self._lockstep_ok)
+                    and self.quotient is None and not failed
                     and _lockstep(phase.steps, flow_routes, flow_total))
         if lockstep:
             flow_routes = [tuple(lk for r in flow_routes for lk in r)]

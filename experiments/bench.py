@@ -12,7 +12,9 @@ Sections (each prints its own table with the target beside each measurement):
 * modes    - fast mode vs ``simulation.exact: true`` side by side per configuration (wall,
   events, peak memory, ratio, disagreement);
 * lockstep - lock-step tensor-parallel rings on and off in jittered runs (CPU, events, ratio,
-  difference).
+  difference);
+* rings    - the ring models: the per-step barrier model at 1, 16 and 64 barriers per chunk
+  against the lock-step model (iteration time, energy, their difference, CPU, events).
 
 ``python -m experiments.bench [--only SECTION ...] [--quick]`` (``--quick``: the small
 configurations of the sections that have large ones). Timings come from this machine under its
@@ -37,6 +39,7 @@ SECTIONS = {
     "startup": "experiments.bench_startup",
     "modes": "experiments.bench_modes",
     "lockstep": "experiments.bench_lockstep",
+    "rings": "experiments.bench_rings",
 }
 #: Sections whose ``run`` takes ``quick`` (small configurations only).
 QUICK = {"modes"}

@@ -105,9 +105,19 @@ def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
             and type(recorder) is Recorder)
 
 
-def uses_lockstep_rings(scen: Scenario) -> bool:
-    """Whether ring phases go to the flow engine as one lock-step flow each
-    (``devices.fabric._lockstep``): chained transfers (fast mode, flow model, no faults) and
+def lockstep_ring_model(scen: Scenario) -> bool:
+    """Whether ``network.ring_model: lockstep`` applies: the flow model (checked by the
+    scenario), no faults that cut traffic (a cut member is re-routed on its own) and no HBM
+    ports (``transfers_capped``), in every mode. Symmetric runs on the replica quotient keep
+    their per-flow rings (the fabric sends lock-step flows only without it): its orbit
+    representatives are in step by symmetry."""
+    return (scen.network.ring_model == "lockstep" and not interrupts_traffic(scen.faults)
+            and not transfers_capped(scen))
+
+
+def lockstep_tp_shortcut(scen: Scenario) -> bool:
+    """Whether tensor-parallel ring phases go lock-step as a fast-mode shortcut (under the
+    default ``ring_model: step``): chained transfers (fast mode, flow model, no faults) and
     rank symmetry off (jitter, positions), where rings run out of step and the per-flow
     model pays an event per ring step on components spanning the cluster; not with HBM
     ports (``transfers_capped``): each member's port is capped by its own device's blocks,
@@ -155,7 +165,8 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                     model=net.model, packet_bytes=net.packet_kib * 1024,
                     retransmit_timeout_s=net.retransmit_timeout_s, record=message_sink,
                     hbm_ports=transfers_capped(scen),
-                    lockstep_rings=uses_lockstep_rings(scen))
+                    lockstep_rings="all" if lockstep_ring_model(scen)
+                    else lockstep_tp_shortcut(scen), ring_substeps=net.ring_substeps)
     if quotient:
         fabric.set_quotient(quotient_for(model.layout, model.router, fabric))
     rngs = RngStreams(scen.seed)
@@ -189,7 +200,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
                         streams=streams, comm_energy=_comm_energy(scen),
                         closed_form=uses_chaining(scen),
                         run_ahead=uses_run_ahead(scen, recorder),
-                        optimistic=scen.simulation.optimistic_tp and uses_lockstep_rings(scen))
+                        optimistic=scen.simulation.optimistic_tp and lockstep_tp_shortcut(scen))
     injector = FaultInjector(env, scen.faults, fabric, executor, job, model.layout, rngs)
     executor.clocked = injector.device_classes()  # a fault changes their devices any time
     if injector.has_tails:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from devices.host import HostSpec
 from devices.memory_spec import DmaSpec, MemorySpec, OpSpec, ServiceSpec
@@ -111,6 +111,26 @@ class NetworkSpec(StrictModel):
                                     "with that protocol's latency and bandwidth "
                                     "(workloads.nccl); links: the links' own overhead and "
                                     "latency per step, full bandwidth")
+    ring_model: Literal["step", "lockstep"] = Field(
+        default="step", description="step: the flows of a ring collective each send one "
+        "chunk per step and wait at a barrier for the slowest (per-step barrier); lockstep: "
+        "the members advance together at the slowest one's rate, the limit the step model "
+        "reaches as its steps are cut finer (a ring pipelined in small slices, as NCCL sends "
+        "it), in every mode; flow model only, and not where link, NIC or accelerator "
+        "failures may cut a member or HBM ports cap transfers (those keep step)")
+
+    ring_substeps: int = Field(
+        default=1, ge=1, le=1024, description="barriers per ring chunk in the step model "
+        "(flow model): each step's chunk is sent in this many barrier-synchronised parts, "
+        "the step model's discretization; as it grows the step model approaches lockstep "
+        "(a convergence check, at the cost of an event per part and ring out of step)")
+
+    @model_validator(mode="after")
+    def _lockstep_needs_flows(self) -> NetworkSpec:
+        if self.ring_model == "lockstep" and self.model != "flow":
+            raise ValueError("ring_model: lockstep needs model: flow (the packet model sends "
+                             f"every ring step as messages), got model: {self.model}")
+        return self
 
     @property
     def algorithms(self) -> dict[str, str]:

@@ -116,6 +116,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "retransmitted_bytes": float(fabric.retransmitted_bytes),
         "route_stalls": len(getattr(fabric, "stalls", ())),
         "network_model": scen.network.model,
+        "ring_model": scen.network.ring_model,
         "symmetry_used": bool(model.symmetric),
         "exact_mode": bool(scen.simulation.exact),
         "shortcuts_used": [k for k, used in (
@@ -123,7 +124,8 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
             ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
             ("tp_optimistic", _optimistic(ex)[0] > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
-            ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0),
+            ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0
+             and scen.network.ring_model == "step"),  # (with lockstep it is the model)
             ("tp_group_agents", model.layout.tp_groups),
             ("run_ahead", getattr(ex, "run_ahead_ops", 0) > 0)) if used],
         # flows of one replica per orbit on the quotient network (devices.replicas): the
