@@ -41,7 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import Field, ValidationError, WrapValidator, field_validator, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
@@ -342,11 +349,20 @@ class AcceleratorFailure(_OnDevices):
         return self
 
 
+#: Largest slowdown a straggler or an HBM degradation may apply: its ``factor`` (and, for an
+#: HBM degradation with a ``tail``, the mean multiplier ``factor x tail mean``). A device a
+#: thousand times slower is as good as failed (``accelerator_failure``); beyond that the
+#: simulated time, and the idle power / thermal segments that grow with it, run away (a
+#: straggler factor of 1e9 ran for minutes and gigabytes; found by the fuzzer, seed 19).
+MAX_SLOWDOWN = 1e3
+
+
 class Straggler(_OnDevices):
     """A device's compute blocks take ``factor`` times longer during the window."""
 
     kind: Literal["straggler"]
-    factor: PositiveFloat = Field(description="multiplies block durations (> 1 slows)")
+    factor: PositiveFloat = Field(le=MAX_SLOWDOWN,
+                                  description="multiplies block durations (> 1 slows; <= 1e3)")
 
 
 class HbmDegradation(_OnDevices):
@@ -354,22 +370,28 @@ class HbmDegradation(_OnDevices):
     multiplier) during the window."""
 
     kind: Literal["hbm_degradation"]
-    factor: PositiveFloat = Field(default=1.0, description="memory-time multiplier")
+    factor: PositiveFloat = Field(default=1.0, le=MAX_SLOWDOWN,
+                                  description="memory-time multiplier (<= 1e3)")
     tail: dict[str, Any] | None = Field(
         default=None, description="twin.kernel.queueing service spec of a per-block multiplier, "
                                   "e.g. {name: pareto, alpha: 1.5, mean: 3}")
 
     @field_validator("tail")
     @classmethod
-    def _tail(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _tail(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if v is None:
             return v
         from twin.kernel.queueing import service_from_spec
 
         try:
-            service_from_spec(v, "tail")
+            dist = service_from_spec(v, "tail")
         except ScenarioError as exc:
             raise ValueError("; ".join(str(p) for p in exc.problems)) from None
+        factor = info.data.get("factor", 1.0)  # absent when the factor itself is wrong
+        if factor * dist.mean > MAX_SLOWDOWN:
+            raise ValueError(f"the mean memory-time multiplier factor x tail mean = {factor:g} "
+                             f"x {dist.mean:.6g} must be <= {MAX_SLOWDOWN:g} (a device that "
+                             "much slower is as good as failed: use accelerator_failure)")
         return v
 
     def tail_distribution(self) -> ServiceDistribution | None:

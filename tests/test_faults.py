@@ -73,6 +73,12 @@ def test_scenario_library_fault_entries_round_trip():
                                                       "catalog": "link-brief"}}, "faults.0.ttf"),
     ({"kind": "link_failure", "link": [0, 1], "ttf": {"dist": "weibull", "shape": 0.005,
                                                       "scale_s": 10}}, "faults.0.ttf.shape"),
+    # a slowdown beyond 1e3 runs the simulated time (and its idle segments) away
+    ({"kind": "straggler", "device": 1, "time_s": 0.1, "duration_s": 0.3, "factor": 1e9},
+     "faults.0.factor"),
+    ({"kind": "hbm_degradation", "device": 1, "time_s": 0, "factor": 1e4}, "faults.0.factor"),
+    ({"kind": "hbm_degradation", "device": 1, "time_s": 0, "factor": 10,
+      "tail": {"name": "deterministic", "mean": 200}}, "faults.0.tail"),
 ])
 def test_fault_errors_name_the_field(fault, path):
     assert _paths(_scen(faults=[fault])) == [path]
