@@ -210,12 +210,20 @@ class Weibull(StrictModel):
         return float(self.scale_s * rng.weibull(self.shape))
 
 
+#: Largest lognormal coefficient of variation, as for the service times
+#: (``twin.kernel.queueing.distributions.MAX_COV``): beyond ~1e154 ``sigma^2 = log(1 + cov^2)``
+#: overflows and every draw is NaN (a NaN onset silently corrupts the event queue); long before
+#: that a finite run cannot resolve the distribution.
+LOGNORMAL_MAX_COV = 1e3
+
+
 class Lognormal(StrictModel):
     """Lognormal time with ``mean_s`` and coefficient of variation ``cov`` (repair times)."""
 
     dist: Literal["lognormal"]
     mean_s: PositiveFloat
-    cov: PositiveFloat
+    cov: PositiveFloat = Field(le=LOGNORMAL_MAX_COV, description="coefficient of variation "
+                                                                 "(<= 1e3)")
 
     @property
     def mean(self) -> float:
