@@ -117,6 +117,11 @@ def _resolve_catalog(data: Any, field: str, from_mean) -> Any:
     if not isinstance(acc, (int, float)) or isinstance(acc, bool) or not acc > 0:
         raise ValueError(f"acceleration must be a number > 0, got {acc!r}")
     mean_s = HOUR_S / (rate * float(acc))
+    if not math.isfinite(mean_s):  # e.g. acceleration 1e-300: the mean overflows a float
+        raise ValueError(f"acceleration must be >= {HOUR_S / (rate * 1.7e308):.3g} for "
+                         f"catalog entry {data['catalog']!r} (rate {rate:.6g} per h): below it "
+                         f"the mean time {HOUR_S:g} s / (rate x acceleration) overflows, got "
+                         f"{acc!r}")
     value = from_mean(data, mean_s)
     given = data.get(field)
     if given is not None and not math.isclose(float(given), value, rel_tol=1e-9):

@@ -78,6 +78,10 @@ def test_scenario_library_fault_entries_round_trip():
       "ttf": {"dist": "lognormal", "mean_s": 1, "cov": 1e300}}, "faults.0.ttf.cov"),
     ({"kind": "straggler", "device": 1, "factor": 2, "time_s": 0,
       "ttr": {"dist": "lognormal", "mean_s": 1, "cov": 2e3}}, "faults.0.ttr.cov"),
+    # a tiny acceleration makes the catalog mean infinite: named as acceleration, not mean_s
+    ({"kind": "link_failure", "link": [0, 1], "duration_s": 0.1,
+      "ttf": {"dist": "exponential", "catalog": "link-brief", "acceleration": 1e-300}},
+     "faults.0.ttf"),
     # a slowdown beyond 1e3 runs the simulated time (and its idle segments) away
     ({"kind": "straggler", "device": 1, "time_s": 0.1, "duration_s": 0.3, "factor": 1e9},
      "faults.0.factor"),
@@ -87,6 +91,15 @@ def test_scenario_library_fault_entries_round_trip():
 ])
 def test_fault_errors_name_the_field(fault, path):
     assert _paths(_scen(faults=[fault])) == [path]
+
+
+def test_catalog_acceleration_that_overflows_the_mean_is_named():
+    ttf = {"dist": "weibull", "shape": 1.5, "catalog": "link-brief", "acceleration": 1e-300}
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(_scen(faults=[{"kind": "link_failure", "link": [0, 1], "ttf": ttf}]))
+    (problem,) = exc.value.problems
+    assert problem.path == "faults.0.ttf" and "acceleration must be >=" in str(problem)
+    assert "1e-300" in str(problem)
 
 
 def test_fault_lognormal_cov_bound_is_the_service_times_one():
