@@ -171,6 +171,12 @@ def test_messages_have_no_python_type_names(tmp_path, capsys):
                   "ttf": {"dist": "exponential", "mean_s": 1e-6}}]}, "never finish"),
     ({"faults": [{"kind": "link_failure", "links": "all",
                   "ttf": {"dist": "exponential", "mean_s": 1e-6}}]}, "never finish"),
+    # one device 1000x slower for the whole run: the others idle in ~1e7 thermal segments
+    ({"faults": [{"kind": "straggler", "device": 3, "factor": 1000, "time_s": 0}],
+      "power__thermal": {"enabled": True, "max_step_s": 1e-4}}, "max_events"),
+    ({"faults": [{"kind": "hbm_degradation", "device": 3, "time_s": 0,
+                  "tail": {"name": "deterministic", "mean": 1000}}],
+      "power__thermal": {"enabled": True, "max_step_s": 1e-4}}, "max_events"),
 ])
 def test_budget_refuses_before_building(tmp_path, capsys, monkeypatch, updates, key):
     import twin.build
