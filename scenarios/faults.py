@@ -41,7 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import Field, ValidationError, WrapValidator, field_validator, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
@@ -110,6 +117,11 @@ def _resolve_catalog(data: Any, field: str, from_mean) -> Any:
     if not isinstance(acc, (int, float)) or isinstance(acc, bool) or not acc > 0:
         raise ValueError(f"acceleration must be a number > 0, got {acc!r}")
     mean_s = HOUR_S / (rate * float(acc))
+    if not math.isfinite(mean_s):  # e.g. acceleration 1e-300: the mean overflows a float
+        raise ValueError(f"acceleration must be >= {HOUR_S / (rate * 1.7e308):.3g} for "
+                         f"catalog entry {data['catalog']!r} (rate {rate:.6g} per h): below it "
+                         f"the mean time {HOUR_S:g} s / (rate x acceleration) overflows, got "
+                         f"{acc!r}")
     value = from_mean(data, mean_s)
     given = data.get(field)
     if given is not None and not math.isclose(float(given), value, rel_tol=1e-9):
@@ -203,12 +215,20 @@ class Weibull(StrictModel):
         return float(self.scale_s * rng.weibull(self.shape))
 
 
+#: Largest lognormal coefficient of variation, as for the service times
+#: (``twin.kernel.queueing.distributions.MAX_COV``): beyond ~1e154 ``sigma^2 = log(1 + cov^2)``
+#: overflows and every draw is NaN (a NaN onset silently corrupts the event queue); long before
+#: that a finite run cannot resolve the distribution.
+LOGNORMAL_MAX_COV = 1e3
+
+
 class Lognormal(StrictModel):
     """Lognormal time with ``mean_s`` and coefficient of variation ``cov`` (repair times)."""
 
     dist: Literal["lognormal"]
     mean_s: PositiveFloat
-    cov: PositiveFloat
+    cov: PositiveFloat = Field(le=LOGNORMAL_MAX_COV, description="coefficient of variation "
+                                                                 "(<= 1e3)")
 
     @property
     def mean(self) -> float:
@@ -342,11 +362,20 @@ class AcceleratorFailure(_OnDevices):
         return self
 
 
+#: Largest slowdown a straggler or an HBM degradation may apply: its ``factor`` (and, for an
+#: HBM degradation with a ``tail``, the mean multiplier ``factor x tail mean``). A device a
+#: thousand times slower is as good as failed (``accelerator_failure``); beyond that the
+#: simulated time, and the idle power / thermal segments that grow with it, run away (a
+#: straggler factor of 1e9 ran for minutes and gigabytes; found by the fuzzer, seed 19).
+MAX_SLOWDOWN = 1e3
+
+
 class Straggler(_OnDevices):
     """A device's compute blocks take ``factor`` times longer during the window."""
 
     kind: Literal["straggler"]
-    factor: PositiveFloat = Field(description="multiplies block durations (> 1 slows)")
+    factor: PositiveFloat = Field(le=MAX_SLOWDOWN,
+                                  description="multiplies block durations (> 1 slows; <= 1e3)")
 
 
 class HbmDegradation(_OnDevices):
@@ -354,22 +383,28 @@ class HbmDegradation(_OnDevices):
     multiplier) during the window."""
 
     kind: Literal["hbm_degradation"]
-    factor: PositiveFloat = Field(default=1.0, description="memory-time multiplier")
+    factor: PositiveFloat = Field(default=1.0, le=MAX_SLOWDOWN,
+                                  description="memory-time multiplier (<= 1e3)")
     tail: dict[str, Any] | None = Field(
         default=None, description="twin.kernel.queueing service spec of a per-block multiplier, "
                                   "e.g. {name: pareto, alpha: 1.5, mean: 3}")
 
     @field_validator("tail")
     @classmethod
-    def _tail(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _tail(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if v is None:
             return v
         from twin.kernel.queueing import service_from_spec
 
         try:
-            service_from_spec(v, "tail")
+            dist = service_from_spec(v, "tail")
         except ScenarioError as exc:
             raise ValueError("; ".join(str(p) for p in exc.problems)) from None
+        factor = info.data.get("factor", 1.0)  # absent when the factor itself is wrong
+        if factor * dist.mean > MAX_SLOWDOWN:
+            raise ValueError(f"the mean memory-time multiplier factor x tail mean = {factor:g} "
+                             f"x {dist.mean:.6g} must be <= {MAX_SLOWDOWN:g} (a device that "
+                             "much slower is as good as failed: use accelerator_failure)")
         return v
 
     def tail_distribution(self) -> ServiceDistribution | None:

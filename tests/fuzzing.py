@@ -157,15 +157,26 @@ TARGETED: list[tuple[str, Any]] = [
 ]
 
 FAULTS: list[dict[str, Any]] = [
-    {"kind": "cooling_failure", "devices": [0], "at_s": 0.0, "rise_k": 1e6},
-    {"kind": "cooling_failure", "devices": [0], "at_s": 0.0, "rise_k": float("inf")},
-    {"kind": "link_failure", "links": "all", "at_s": 0.0},
+    {"kind": "cooling_failure", "devices": [0], "time_s": 0.0, "rise_k": 1e6},
+    {"kind": "cooling_failure", "devices": [0], "time_s": 0.0, "rise_k": float("inf")},
+    {"kind": "link_failure", "links": "all", "time_s": 0.0},
     {"kind": "link_failure", "links": "all", "ttf": {"dist": "exponential", "mean_s": 1e-6}},
     {"kind": "accelerator_failure", "devices": "all",
      "ttf": {"dist": "exponential", "mean_s": 1e-6}},
     {"kind": "straggler", "devices": "all", "factor": 1e300,
      "ttf": {"dist": "exponential", "mean_s": 1e-9}, "ttr": {"dist": "exponential",
                                                              "mean_s": 1e-9}},
+    # a huge slowdown in a short fixed window: few events, but a runaway simulated time
+    {"kind": "straggler", "device": 0, "factor": 1e9, "time_s": 0.01, "duration_s": 0.1},
+    {"kind": "hbm_degradation", "device": 0, "time_s": 0.0, "duration_s": 0.1,
+     "tail": {"name": "pareto", "alpha": 1.5, "mean": 1e9}},
+    # distribution parameters whose derived quantities overflow a float
+    {"kind": "straggler", "device": 0, "factor": 2.0, "time_s": 0.0,
+     "ttr": {"dist": "lognormal", "mean_s": 0.1, "cov": 1e300}},
+    {"kind": "straggler", "device": 0, "factor": 2.0,
+     "ttf": {"dist": "weibull", "shape": 1e-300, "scale_s": 0.1}},
+    {"kind": "accelerator_failure", "device": 0,
+     "ttf": {"dist": "exponential", "catalog": "llama3-gpu", "acceleration": 1e-300}},
 ]
 
 

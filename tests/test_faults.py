@@ -73,9 +73,40 @@ def test_scenario_library_fault_entries_round_trip():
                                                       "catalog": "link-brief"}}, "faults.0.ttf"),
     ({"kind": "link_failure", "link": [0, 1], "ttf": {"dist": "weibull", "shape": 0.005,
                                                       "scale_s": 10}}, "faults.0.ttf.shape"),
+    # sigma^2 = log(1 + cov^2) overflows near cov 1e154: every draw was NaN
+    ({"kind": "link_failure", "link": [0, 1], "duration_s": 0.1,
+      "ttf": {"dist": "lognormal", "mean_s": 1, "cov": 1e300}}, "faults.0.ttf.cov"),
+    ({"kind": "straggler", "device": 1, "factor": 2, "time_s": 0,
+      "ttr": {"dist": "lognormal", "mean_s": 1, "cov": 2e3}}, "faults.0.ttr.cov"),
+    # a tiny acceleration makes the catalog mean infinite: named as acceleration, not mean_s
+    ({"kind": "link_failure", "link": [0, 1], "duration_s": 0.1,
+      "ttf": {"dist": "exponential", "catalog": "link-brief", "acceleration": 1e-300}},
+     "faults.0.ttf"),
+    # a slowdown beyond 1e3 runs the simulated time (and its idle segments) away
+    ({"kind": "straggler", "device": 1, "time_s": 0.1, "duration_s": 0.3, "factor": 1e9},
+     "faults.0.factor"),
+    ({"kind": "hbm_degradation", "device": 1, "time_s": 0, "factor": 1e4}, "faults.0.factor"),
+    ({"kind": "hbm_degradation", "device": 1, "time_s": 0, "factor": 10,
+      "tail": {"name": "deterministic", "mean": 200}}, "faults.0.tail"),
 ])
 def test_fault_errors_name_the_field(fault, path):
     assert _paths(_scen(faults=[fault])) == [path]
+
+
+def test_catalog_acceleration_that_overflows_the_mean_is_named():
+    ttf = {"dist": "weibull", "shape": 1.5, "catalog": "link-brief", "acceleration": 1e-300}
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(_scen(faults=[{"kind": "link_failure", "link": [0, 1], "ttf": ttf}]))
+    (problem,) = exc.value.problems
+    assert problem.path == "faults.0.ttf" and "acceleration must be >=" in str(problem)
+    assert "1e-300" in str(problem)
+
+
+def test_fault_lognormal_cov_bound_is_the_service_times_one():
+    from scenarios.faults import LOGNORMAL_MAX_COV
+    from twin.kernel.queueing.distributions import MAX_COV
+
+    assert LOGNORMAL_MAX_COV == MAX_COV
 
 
 def test_unknown_kind_and_catalog_name_list_what_is_allowed():

@@ -171,6 +171,12 @@ def test_messages_have_no_python_type_names(tmp_path, capsys):
                   "ttf": {"dist": "exponential", "mean_s": 1e-6}}]}, "never finish"),
     ({"faults": [{"kind": "link_failure", "links": "all",
                   "ttf": {"dist": "exponential", "mean_s": 1e-6}}]}, "never finish"),
+    # one device 1000x slower for the whole run: the others idle in ~1e7 thermal segments
+    ({"faults": [{"kind": "straggler", "device": 3, "factor": 1000, "time_s": 0}],
+      "power__thermal": {"enabled": True, "max_step_s": 1e-4}}, "max_events"),
+    ({"faults": [{"kind": "hbm_degradation", "device": 3, "time_s": 0,
+                  "tail": {"name": "deterministic", "mean": 1000}}],
+      "power__thermal": {"enabled": True, "max_step_s": 1e-4}}, "max_events"),
 ])
 def test_budget_refuses_before_building(tmp_path, capsys, monkeypatch, updates, key):
     import twin.build
@@ -418,6 +424,30 @@ def test_damaged_traces_exit_2_with_what_is_wrong(tmp_path, capsys, good_trace, 
             assert code == 0  # summary needs neither table
         else:
             assert code == 2 and words in err, (cmd, err)
+
+
+@pytest.mark.parametrize("units", [None, "{}"])
+def test_a_table_without_units_is_checked_column_by_column(tmp_path, capsys, good_trace,
+                                                           units):
+    """A table whose units attribute is lost (or names no column) is read column by column
+    (every member), and the trace check reads the same columns: a damaged compressed chunk is
+    exit 2 naming the dataset, not an HDF5 OSError taken for an output failure (exit 1;
+    found by the fuzzer, seed 19)."""
+    path = tmp_path / "t.h5"
+    path.write_bytes(good_trace)
+    with h5py.File(path, "a") as f:
+        g = f["ops"]
+        if units is None:
+            del g.attrs["units"]
+        else:
+            g.attrs["units"] = units
+        chunk = g["t_end"].id.get_chunk_info(0)
+    data = bytearray(path.read_bytes())
+    data[chunk.byte_offset:chunk.byte_offset + chunk.size] = bytes(chunk.size)
+    path.write_bytes(bytes(data))
+    for cmd in (["limits"], ["limits", "--json"]):
+        code, _, err = _cli(capsys, *cmd[:1], str(path), *cmd[1:])
+        assert code == 2 and "dataset ops/t_end is corrupted" in err, (cmd, err)
 
 
 def test_a_trace_check_that_never_ends_is_cut_off(tmp_path, good_trace, monkeypatch):

@@ -263,7 +263,8 @@ def open_trace(path: str | Path, need: Sequence[str] = (), verify: bool = False)
     signature; h5py can open it and read its root attributes; ``schema_version`` present
     (else "not a meshtwin trace") and not newer than this reader; ``complete`` set (else
     "trace incomplete: the run was interrupted"); ``summary`` / ``sources`` valid JSON; every
-    table in ``need`` present with every column it declares, all of one length and readable
+    table in ``need`` present with every column it declares (every member if its units
+    attribute names none, as :func:`read_table` reads it), all of one length and readable
     ("dataset ops/t_start is corrupted"); with ``verify``, the stored ``checksum`` matches the
     data (reads every column: use it where a wrong trace would be reused, e.g. resume).
 
@@ -420,7 +421,7 @@ def _check_table(f: h5py.File, name: str, p: Path, read_all: bool) -> dict[str, 
         raise TraceError(f"{p}: table {name} is corrupted (bad units attribute)")
     lengths = set()
     digests = {}
-    for c in units:
+    for c in _columns(g, units):
         if c not in g or not isinstance(g[c], h5py.Dataset):
             raise TraceError(f"{p}: dataset {name}/{c} is missing")
         ds = g[c]
@@ -450,6 +451,13 @@ def _check_table(f: h5py.File, name: str, p: Path, read_all: bool) -> dict[str, 
     return digests
 
 
+def _columns(g: h5py.Group, units: dict[str, str]) -> list[str]:
+    """The columns :func:`read_table` reads, so :func:`open_trace` checks exactly those: the
+    ones the ``units`` attribute names, or every member when it names none (a trace whose
+    attribute was lost or emptied)."""
+    return list(units) or list(g)
+
+
 def read_table(path: str | Path, name: str) -> pd.DataFrame:
     """One table of a trace as a DataFrame (string columns as ``Categorical``)."""
     import pandas as pd  # lazy: writing a trace does not need pandas
@@ -461,7 +469,7 @@ def read_table(path: str | Path, name: str) -> pd.DataFrame:
         g = f[name]
         units = json.loads(g.attrs.get("units", "{}"))
         data = {}
-        for c in units or list(g):
+        for c in _columns(g, units):
             arr = g[c][()]
             cats = g.attrs.get(f"categories/{c}")
             if cats is not None:
