@@ -632,8 +632,8 @@ class Fabric:
                                                phase.dst.tolist()), total
         if self.quotient is not None:
             flow_routes, flow_total = self._reduce(phase, flow_routes, total)
-        lockstep = ((self._lockstep_all or phase in self._lockstep_ok)
-                    and self.quotient is None and not failed
+        lockstep = ((self._lockstep_all or (phase in self._lockstep_ok and self.quotient is None))
+                    and not failed  # (on the quotient too: tests/test_replica_quotient.py)
                     and _lockstep(phase.steps, flow_routes, flow_total))
         if lockstep:
             flow_routes = [tuple(lk for r in flow_routes for lk in r)]

@@ -138,6 +138,10 @@ def _variant(name: str) -> dict:
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [8, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
         w["parallelism"] = {"dp": 4, "tp": 4, "pp": 4}
+    elif name == "torus_lockstep":  # lock-step rings on the quotient (network.ring_model)
+        d["cluster"] = {"topology": {"kind": "torus2d", "shape": [8, 8]}, "device": "h100-sxm",
+                        "link": "nvlink4-switch"}
+        d["network"] = {"ring_model": "lockstep"}
     elif name == "mesh":
         d["cluster"] = {"topology": {"kind": "mesh2d", "shape": [8, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
@@ -155,7 +159,7 @@ def _both(d: dict):
 
 @pytest.mark.parametrize("name,orbit", [("interleaved", 2), ("full_shard", 2),
                                         ("hybrid_shard", 2), ("hbm_ports", 2),
-                                        ("torus", 4), ("mesh", 1)])
+                                        ("torus", 4), ("torus_lockstep", 4), ("mesh", 1)])
 def test_a_quotient_run_is_the_run_with_every_flow(name, orbit):
     out = _both(_variant(name))
     (sq, fq), (sf, ff) = out[True], out[False]
@@ -165,6 +169,8 @@ def test_a_quotient_run_is_the_run_with_every_flow(name, orbit):
     assert sq["replica_orbit"] == orbit
     assert ("replica_quotient" in sq["shortcuts_used"]) == (orbit > 1)
     assert sf["replica_orbit"] == 1 and "replica_quotient" not in sf["shortcuts_used"]
+    assert (sq["lockstep_ring_transfers"] > 0) == (name == "torus_lockstep")
+    assert sq["lockstep_ring_transfers"] == sf["lockstep_ring_transfers"]
     for key in ("iteration_time_s", "energy_j", "router_energy_j", "link_bytes",
                 "max_link_utilization"):
         assert sq[key] == pytest.approx(sf[key], rel=1e-9, abs=1e-12), key

@@ -108,9 +108,8 @@ def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
 def lockstep_ring_model(scen: Scenario) -> bool:
     """Whether ``network.ring_model: lockstep`` applies: the flow model (checked by the
     scenario), no faults that cut traffic (a cut member is re-routed on its own) and no HBM
-    ports (``transfers_capped``), in every mode. Symmetric runs on the replica quotient keep
-    their per-flow rings (the fabric sends lock-step flows only without it): its orbit
-    representatives are in step by symmetry."""
+    ports (``transfers_capped``), in every mode, on the replica quotient too (a lock-step
+    flow of orbit representatives is the full network's rings, each lock-step)."""
     return (scen.network.ring_model == "lockstep" and not interrupts_traffic(scen.faults)
             and not transfers_capped(scen))
 
