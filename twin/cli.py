@@ -487,8 +487,11 @@ def main(argv: list[str] | None = None) -> int:
         _drop_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as exc:  # the machine, not the input: a full disk, a vanished folder
-        where = exc.filename if exc.filename is not None else "the output"
-        print(f"error: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
+        # (inputs are read and checked before anything is written, so an OSError here is
+        # mostly a write; HDF5 read errors carry no file name, so do not say which)
+        where = exc.filename if exc.filename is not None else "a file or the output"
+        print(f"error: input/output failed on {where}: {exc.strerror or exc}",
+              file=sys.stderr)
         if exc.filename is None:  # most likely standard output
             _drop_stdout()
         return EXIT_OS_ERROR
