@@ -67,12 +67,15 @@ def test_lockstep_exact_and_fast_modes_agree():
         assert fast[key] == pytest.approx(exact[key], rel=5e-3)
 
 
-def test_lockstep_needs_the_flow_model():
-    d = _scenario("lockstep")
+@pytest.mark.parametrize("ring_model, substeps", [("lockstep", 1), ("step", 4)])
+def test_lockstep_and_substeps_need_the_flow_model(ring_model, substeps):
+    d = _scenario(ring_model, substeps)
     d["network"]["model"] = "packet"
     with pytest.raises(ScenarioError) as exc:
         load_scenario(d)
-    assert "ring_model" in str(exc.value) and "flow" in str(exc.value)
+    assert "network" in str(exc.value) and "model: flow" in str(exc.value)
+    d["network"].update(ring_model="step", ring_substeps=1)
+    assert load_scenario(d).network.model == "packet"
 
 
 @pytest.mark.parametrize("value", [0, 1025, 2.5, "many"])

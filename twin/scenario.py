@@ -127,9 +127,11 @@ class NetworkSpec(StrictModel):
 
     @model_validator(mode="after")
     def _lockstep_needs_flows(self) -> NetworkSpec:
-        if self.ring_model == "lockstep" and self.model != "flow":
-            raise ValueError("ring_model: lockstep needs model: flow (the packet model sends "
-                             f"every ring step as messages), got model: {self.model}")
+        if self.model != "flow" and (self.ring_model != "step" or self.ring_substeps != 1):
+            raise ValueError("ring_model: lockstep and ring_substeps > 1 need model: flow (the "
+                             "packet model sends every ring step as messages), got model: "
+                             f"{self.model}, ring_model: {self.ring_model}, ring_substeps: "
+                             f"{self.ring_substeps}")
         return self
 
     @property
