@@ -118,7 +118,6 @@ class NetworkSpec(StrictModel):
         "reaches as its steps are cut finer (a ring pipelined in small slices, as NCCL sends "
         "it), in every mode; flow model only, and not where link, NIC or accelerator "
         "failures may cut a member or HBM ports cap transfers (those keep step)")
-
     ring_substeps: int = Field(
         default=1, ge=1, le=1024, description="barriers per ring chunk in the step model "
         "(flow model): each step's chunk is sent in this many barrier-synchronised parts, "
