@@ -143,6 +143,7 @@ TARGETED: list[tuple[str, Any]] = [
     ("cluster.device.kernel_overhead_us", 1e9), ("cluster.device.p_states", []),
     ("cluster.device.gemm_tile", [0, 0]), ("seed", 2**64), ("seed", -1),
     ("network.packet_kib", 1e-3), ("network.model", "packet"),
+    ("network.ring_model", "lockstep"), ("network.ring_substeps", 65),
     ("workload.seq_len", 10**9), ("workload.iterations", 10**9), ("workload.micro_batch", 10**9),
     ("power.thermal.ambient_c", float("nan")), ("power.thermal.ambient_c", -300.0),
     ("power.thermal.ambient_c", 1e6), ("power.thermal.initial_c", float("inf")),

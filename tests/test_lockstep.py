@@ -78,7 +78,7 @@ def test_lockstep_and_substeps_need_the_flow_model(ring_model, substeps):
     assert load_scenario(d).network.model == "packet"
 
 
-@pytest.mark.parametrize("value", [0, 1025, 2.5, "many"])
+@pytest.mark.parametrize("value", [0, 65, 2.5, "many"])
 def test_ring_substeps_is_a_bounded_integer(value):
     d = _scenario("step")
     d["network"]["ring_substeps"] = value

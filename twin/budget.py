@@ -139,6 +139,10 @@ def estimate(scen: Scenario) -> Estimate:
         events *= scen.overlap.tp_chunks + 1  # of compute + collectives (measured 4.9x at 4:
         # experiments/bench_contention, GPT-3 on 64 devices, 447774 vs 91422 events)
 
+    # rings out of step (faults, jitter, uneven routes) pay an event per member and barrier
+    # part (measured: the library's fault_accelerator.yaml 12,886 events at 1 part, 141,217 at
+    # 16, 551,878 at 64; dragonfly2d.yaml, symmetric, 993 and 23,079)
+    events *= scen.network.ring_substeps
     tc = TransformerCosts(model, w.precision, w.micro_batch, w.seq, par.tp,
                           w.sequence_parallel, w.recompute, w.attention)
     dev = scen.cluster.device

@@ -119,7 +119,7 @@ class NetworkSpec(StrictModel):
         "it), in every mode; flow model only, and not where link, NIC or accelerator "
         "failures may cut a member or HBM ports cap transfers (those keep step)")
     ring_substeps: int = Field(
-        default=1, ge=1, le=1024, description="barriers per ring chunk in the step model "
+        default=1, ge=1, le=64, description="barriers per ring chunk in the step model "
         "(flow model): each step's chunk is sent in this many barrier-synchronised parts, "
         "the step model's discretization; as it grows the step model approaches lockstep "
         "(a convergence check, at the cost of an event per part and ring out of step)")
