@@ -85,3 +85,18 @@ def test_ring_substeps_is_a_bounded_integer(value):
     with pytest.raises(ScenarioError) as exc:
         load_scenario(d)
     assert "network.ring_substeps" in str(exc.value)
+
+
+def test_ring_substeps_count_in_the_event_budget():
+    """Out of step (here: jitter, no symmetry) each barrier part can cost an event per
+    member, so the up-front estimate grows with ``ring_substeps``; in-step symmetric runs are
+    not charged for it."""
+    from twin.budget import estimate
+
+    def events(substeps: int, jitter: float) -> float:
+        d = _scenario("step", substeps)
+        d["simulation"]["compute_jitter_cov"] = jitter
+        return estimate(load_scenario(d)).events
+
+    assert events(16, 0.05) == pytest.approx(16 * events(1, 0.05))
+    assert events(16, 0.0) == pytest.approx(events(1, 0.0))

@@ -139,10 +139,11 @@ def estimate(scen: Scenario) -> Estimate:
         events *= scen.overlap.tp_chunks + 1  # of compute + collectives (measured 4.9x at 4:
         # experiments/bench_contention, GPT-3 on 64 devices, 447774 vs 91422 events)
 
-    # rings out of step (faults, jitter, uneven routes) pay an event per member and barrier
-    # part (measured: the library's fault_accelerator.yaml 12,886 events at 1 part, 141,217 at
-    # 16, 551,878 at 64; dragonfly2d.yaml, symmetric, 993 and 23,079)
-    events *= scen.network.ring_substeps
+    if ring_parts(scen) > 1:
+        # rings out of step (faults, jitter) pay an event per member and barrier part
+        # (measured: the library's fault_accelerator.yaml 12,886 events at 1 part, 141,217
+        # at 16, 551,878 at 64; symmetric runs mostly stay in step: not counted there)
+        events *= ring_parts(scen)
     tc = TransformerCosts(model, w.precision, w.micro_batch, w.seq, par.tp,
                           w.sequence_parallel, w.recompute, w.attention)
     dev = scen.cluster.device
@@ -387,9 +388,18 @@ def _dma_problem(scen: Scenario) -> Problem | None:
                    "at least 1e-3 GB/s, or memory.model roofline")
 
 
+def ring_parts(scen: Scenario) -> int:
+    """Barrier parts per ring step the estimate counts: ``network.ring_substeps`` where rings
+    can run out of step (faults, or rank symmetry off), else 1."""
+    return scen.network.ring_substeps if scen.faults or not scen.symmetric else 1
+
+
 def _why_events(scen: Scenario, e: Estimate) -> str:
     parts = [f"{e.classes} simulated ranks x {e.microbatches} microbatches x "
              f"{scen.workload.iterations} iterations"]
+    if ring_parts(scen) > 1:
+        parts.append(f"x {ring_parts(scen)} barrier parts per ring step "
+                     "(network.ring_substeps)")
     if e.packets:
         parts.append(f"{_fmt(e.packets)} packets of {scen.network.packet_kib:g} KiB")
     if e.fault_events:
