@@ -94,9 +94,11 @@ def test_ring_substeps_count_in_the_event_budget():
     from twin.budget import estimate
 
     def events(substeps: int, jitter: float) -> float:
+        """The estimate's simulation events (without idle segments and failure events)."""
         d = _scenario("step", substeps)
         d["simulation"]["compute_jitter_cov"] = jitter
-        return estimate(load_scenario(d)).events
+        e = estimate(load_scenario(d))
+        return e.events - e.thermal_steps - e.fault_events
 
     assert events(16, 0.05) == pytest.approx(16 * events(1, 0.05))
     assert events(16, 0.0) == pytest.approx(events(1, 0.0))
