@@ -152,9 +152,10 @@ class SimulationSpec(StrictModel):
                                    "process); the summary's shortcuts_used lists the ones a "
                                    "run took")
     lockstep_rings: bool = Field(
-        default=True, description="fast mode without rank symmetry: tensor-parallel rings "
-        "as one lock-step flow each (devices.fabric._lockstep); false: flow by flow, step by "
-        "step, as in exact mode")
+        default=True, description="fast mode without rank symmetry, under network."
+        "ring_model step: tensor-parallel rings as one lock-step flow each (devices.fabric."
+        "_lockstep); false: flow by flow, step by step, as in exact mode (with ring_model "
+        "lockstep every ring is lock-step in every mode)")
     optimistic_tp: bool = Field(
         default=True, description="fast mode without rank symmetry: an agent running ahead "
         "of the clock costs the tensor-parallel collectives of its group in closed form even "
