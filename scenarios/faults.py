@@ -35,6 +35,7 @@ ever coming the run ends as ``completed: false`` (it does not hang).
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -52,6 +53,7 @@ from pydantic import (
 
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.queueing.distributions import MAX_COV
 from twin.kernel.schema import MAX_DIE_C, NonNegativeFloat, PositiveFloat, StrictModel
 
 if TYPE_CHECKING:
@@ -118,7 +120,8 @@ def _resolve_catalog(data: Any, field: str, from_mean) -> Any:
         raise ValueError(f"acceleration must be a number > 0, got {acc!r}")
     mean_s = HOUR_S / (rate * float(acc))
     if not math.isfinite(mean_s):  # e.g. acceleration 1e-300: the mean overflows a float
-        raise ValueError(f"acceleration must be >= {HOUR_S / (rate * 1.7e308):.3g} for "
+        least = HOUR_S / (rate * sys.float_info.max)
+        raise ValueError(f"acceleration must be >= {least:.3g} for "
                          f"catalog entry {data['catalog']!r} (rate {rate:.6g} per h): below it "
                          f"the mean time {HOUR_S:g} s / (rate x acceleration) overflows, got "
                          f"{acc!r}")
@@ -215,11 +218,10 @@ class Weibull(StrictModel):
         return float(self.scale_s * rng.weibull(self.shape))
 
 
-#: Largest lognormal coefficient of variation, as for the service times
-#: (``twin.kernel.queueing.distributions.MAX_COV``): beyond ~1e154 ``sigma^2 = log(1 + cov^2)``
-#: overflows and every draw is NaN (a NaN onset silently corrupts the event queue); long before
-#: that a finite run cannot resolve the distribution.
-LOGNORMAL_MAX_COV = 1e3
+#: Largest lognormal coefficient of variation: the service times' bound (beyond ~1e154
+#: ``sigma^2 = log(1 + cov^2)`` overflows and every draw is NaN, a NaN onset that silently
+#: corrupts the event queue; long before that a finite run cannot resolve the distribution).
+LOGNORMAL_MAX_COV = MAX_COV
 
 
 class Lognormal(StrictModel):

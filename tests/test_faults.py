@@ -102,13 +102,6 @@ def test_catalog_acceleration_that_overflows_the_mean_is_named():
     assert "1e-300" in str(problem)
 
 
-def test_fault_lognormal_cov_bound_is_the_service_times_one():
-    from scenarios.faults import LOGNORMAL_MAX_COV
-    from twin.kernel.queueing.distributions import MAX_COV
-
-    assert LOGNORMAL_MAX_COV == MAX_COV
-
-
 def test_unknown_kind_and_catalog_name_list_what_is_allowed():
     with pytest.raises(ScenarioError) as exc:
         load_scenario(_scen(faults=[{"kind": "meteor"}]))
