@@ -27,9 +27,14 @@ A placement policy maps ranks to device ids: rank ``r`` goes to ``order[r]`` whe
   peers are ``n / tp`` device ids apart (in other rows of a grid, other nodes of a switched
   cluster): a deliberately bad baseline.
 
-``ring_order`` orders a group of devices into a ring: the better (fewest hops per ring edge,
-then fewest in total) of the order given (rank order) and the order along
-:func:`ring_walk` (the whole-grid snake).
+``ring_order`` orders a group of devices into a ring: the best (fewest hops on the worst ring
+edge, then fewest in total) of the order given (rank order), the order along :func:`ring_walk`
+(the whole-grid snake) and, on grids, the snake cycle of the group's own lattice when its
+members fill one (every combination of their coordinate values: a data-parallel group of a
+tiled placement, e.g. every second column of rows 0 and 32 of a 64x64 torus, goes along the
+rows 2 hops per edge instead of zig-zagging 34). The ``snake`` placement scores the
+data-parallel rings in the order :func:`ring_orders` gives them, the order the collectives
+run them in.
 """
 
 from __future__ import annotations
@@ -162,13 +167,23 @@ def dor_link_load(dims: Sequence[int], wrap: bool, a: np.ndarray,
     return int(np.bincount(allk).max()), len(allk)
 
 
-def _ring_edges(dp: int, pp: int, tp: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(sender rank, receiver rank) of the TP rings, DP rings and pipeline sends."""
+def _ring_edges(order: np.ndarray, dp: int, pp: int, tp: int, topo: Topology
+                ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(sender device, receiver device) of the TP rings, DP rings and pipeline sends when
+    rank ``r`` is on ``order[r]``; the DP rings in the order :func:`ring_orders` gives them
+    (the order the collectives run them in)."""
     r = np.arange(dp * pp * tp).reshape(dp, pp, tp)
-    tp_e = (r.ravel(), np.roll(r, -1, axis=2).ravel()) if tp > 1 else (r[:0].ravel(),) * 2
-    dp_e = (r.ravel(), np.roll(r, -1, axis=0).ravel()) if dp > 1 else (r[:0].ravel(),) * 2
+    none = (r[:0].ravel(),) * 2
+    tp_e = (r.ravel(), np.roll(r, -1, axis=2).ravel()) if tp > 1 else none
     pp_e = (r[:, :-1].ravel(), r[:, 1:].ravel())
-    return {"tp": tp_e, "dp": dp_e, "pp": pp_e}
+    out = {"tp": (order[tp_e[0]], order[tp_e[1]])}
+    if dp > 1:
+        rings = ring_orders(topo, order[r.reshape(dp, pp * tp).T])
+        out["dp"] = (rings.ravel(), np.roll(rings, -1, axis=1).ravel())
+    else:
+        out["dp"] = none
+    out["pp"] = (order[pp_e[0]], order[pp_e[1]])
+    return out
 
 
 def _grid_order(topo: Topology, dp: int, pp: int, tp: int) -> np.ndarray:
@@ -177,11 +192,10 @@ def _grid_order(topo: Topology, dp: int, pp: int, tp: int) -> np.ndarray:
     Candidates: every block shape whose sides divide the grid's, visited along the block
     grid's snake cycle, x fastest or the last dimension fastest, devices inside a block along
     the block's own snake cycle. Score (lowest wins): worst TP ring edge (hops), busiest
-    directed link when every TP ring, DP ring and pipeline edge sends one message, total hops,
-    then the order of generation (wider blocks, snake first).
+    directed link when every TP ring, DP ring (in ring order) and pipeline edge sends one
+    message, total hops, then the order of generation (wider blocks, snake first).
     """
     dims = tuple(topo.dims or ())
-    edges = _ring_edges(dp, pp, tp)
     best, best_key = None, None
     for block in _blocks(dims, tp) or [None]:
         if block is None:
@@ -193,7 +207,8 @@ def _grid_order(topo: Topology, dp: int, pp: int, tp: int) -> np.ndarray:
                            + inner[None, :, :])
                       for oo in _outer_orders(outer)]
         for order in orders:
-            c = topo.coords[order]
+            edges = _ring_edges(order, dp, pp, tp, topo)
+            c = topo.coords
             src = np.concatenate([e[0] for e in edges.values()])
             dst = np.concatenate([e[1] for e in edges.values()])
             load, total = dor_link_load(dims, topo.wrap, c[src], c[dst])
@@ -281,29 +296,85 @@ def hop_distance(topo: Topology, a: np.ndarray, b: np.ndarray) -> np.ndarray:
                     dtype=np.int64)
 
 
-def ring_order(topo: Topology, devices: np.ndarray) -> np.ndarray:
-    """Order ``devices`` into a ring with few hops between consecutive members.
-
-    Candidates: the order given (callers pass rank order, which follows the placement) and the
-    order along :func:`ring_walk`; the one with the fewest hops on its worst ring edge, then
-    in total, wins (ties: the order given).
-    """
-    devices = np.asarray(devices, dtype=np.int64)
-    if len(devices) <= 2:
-        return devices
-    pos = topo.__dict__.get("_walk_pos")  # cached on the topology: groups are many
+def _walk_position(topo: Topology) -> np.ndarray:
+    """Position of every device along :func:`ring_walk` (cached on the topology: groups
+    are many)."""
+    pos = topo.__dict__.get("_walk_pos")
     if pos is None:
         order = ring_walk(topo)
         pos = topo.__dict__["_walk_pos"] = np.empty(topo.n_devices, dtype=np.int64)
         pos[order] = np.arange(len(order))
-    snake = devices[np.argsort(pos[devices], kind="stable")]
-    best, best_key = devices, None
-    for cand in (devices, snake):
-        h = hop_distance(topo, cand, np.roll(cand, -1))
-        key = (int(h.max()), int(h.sum()))
-        if best_key is None or key < best_key:
-            best, best_key = cand, key
+    return pos
+
+
+def _lattice_rings(topo: Topology, groups: np.ndarray) -> np.ndarray:
+    """Each row of ``groups`` along the snake cycle of its own lattice where its members fill
+    one (on a grid: every combination of the coordinate values they take, e.g. columns
+    {0, 2, ..., 62} x rows {0, 32}); other rows unchanged.
+
+    The members then sit on an ``n_1 x n_2 ...`` grid of their own, and its snake cycle
+    (:func:`grid_cycle`) steps between neighbours of that grid. With distinct members, taking
+    ``n_k`` values in dimension ``k`` and ``prod(n_k)`` = members, every combination is
+    taken once and every value of dimension ``k`` ``members / n_k`` times."""
+    out = groups.copy()
+    if topo.dims is None:
+        return out
+    m = groups.shape[1]
+    nd = len(topo.dims)
+    srt = np.sort(topo.coords[groups], axis=1)                  # (group, member, dim)
+    counts = 1 + (np.diff(srt, axis=1) > 0).sum(axis=1)          # distinct values per dim
+    for sig in np.unique(counts, axis=0):
+        if int(np.prod(sig)) != m:
+            continue
+        rows = np.flatnonzero((counts == sig).all(axis=1))
+        cyc = np.array(grid_cycle([int(v) for v in sig]), dtype=np.int64)
+        cells = np.empty((len(rows), m, nd), dtype=np.int64)
+        for k in range(nd):
+            vals = srt[rows, :, k].reshape(len(rows), int(sig[k]), m // int(sig[k]))[:, :, 0]
+            cells[:, :, k] = vals[:, cyc[:, k]]
+        out[rows] = _ids(topo, cells.reshape(-1, nd)).reshape(len(rows), m)
+    return out
+
+
+def ring_orders(topo: Topology, groups: np.ndarray) -> np.ndarray:
+    """Order every row of ``groups`` (devices; one group per row) into a ring with few hops
+    between consecutive members.
+
+    Candidates: the order given (callers pass rank order, which follows the placement), the
+    order along :func:`ring_walk` and the snake cycle of the group's own lattice
+    (:func:`_lattice_rings`); the one with the fewest hops on its worst ring edge, then in
+    total, wins (ties: in that order).
+    """
+    groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+    n_grp, m = groups.shape
+    if m <= 2:
+        return groups
+    pos = _walk_position(topo)
+    cands = [groups,
+             np.take_along_axis(groups, np.argsort(pos[groups], axis=1, kind="stable"), axis=1)]
+    if topo.dims is not None:
+        cands.append(_lattice_rings(topo, groups))
+    best = groups.copy()
+    best_max = best_sum = None
+    for cand in cands:
+        h = hop_distance(topo, cand.ravel(), np.roll(cand, -1, axis=1).ravel()).reshape(n_grp, m)
+        h_max, h_sum = h.max(axis=1), h.sum(axis=1)
+        if best_max is None:
+            best_max, best_sum = h_max, h_sum
+            continue
+        better = (h_max < best_max) | ((h_max == best_max) & (h_sum < best_sum))
+        best[better] = cand[better]
+        best_max = np.where(better, h_max, best_max)
+        best_sum = np.where(better, h_sum, best_sum)
     return best
+
+
+def ring_order(topo: Topology, devices: np.ndarray) -> np.ndarray:
+    """Order one group of ``devices`` into a ring (:func:`ring_orders` of one row)."""
+    devices = np.asarray(devices, dtype=np.int64)
+    if len(devices) <= 2:
+        return devices
+    return ring_orders(topo, devices[None, :])[0]
 
 
 def ring_hops(topo: Topology, ring: np.ndarray) -> np.ndarray:
@@ -315,4 +386,5 @@ def ring_hops(topo: Topology, ring: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["PLACEMENTS", "boustrophedon", "device_order", "grid_cycle", "hop_distance",
-           "place", "ring_hops", "ring_order", "ring_walk", "snake_cycle"]
+           "place", "ring_hops", "ring_order", "ring_orders", "ring_walk",
+           "snake_cycle"]
