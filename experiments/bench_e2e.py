@@ -26,7 +26,7 @@ MICROBATCHES = 32
 TP, PP = 8, 8
 
 
-def scenario_dict(devices: int, trace: bool = False) -> dict:
+def scenario_dict(devices: int, trace: bool = False, placement: str = "snake") -> dict:
     """The benchmark scenario for a square torus of ``devices`` accelerators."""
     side = math.isqrt(devices)
     if side * side != devices or devices % (TP * PP):
@@ -38,7 +38,8 @@ def scenario_dict(devices: int, trace: bool = False) -> dict:
                     "device": "h100-sxm", "link": "nvlink4", "links_per_edge": 4},
         "workload": {"model": "gpt3-175b", "precision": "bf16", "global_batch": MICROBATCHES * dp,
                      "micro_batch": 1, "parallelism": {"dp": dp, "tp": TP, "pp": PP},
-                     "recompute": "selective", "sequence_parallel": True, "iterations": 1},
+                     "recompute": "selective", "sequence_parallel": True, "iterations": 1,
+                     "placement": placement},
         "trace": {"enabled": trace},
     }
 
@@ -56,12 +57,12 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def measure(devices: int) -> dict:
+def measure(devices: int, placement: str = "snake") -> dict:
     """Run one size in this process; wall/CPU seconds, peak RSS and the run's summary."""
     from twin.runner import run
     from twin.scenario import load_scenario
 
-    scen = load_scenario(scenario_dict(devices))
+    scen = load_scenario(scenario_dict(devices, placement=placement))
     w0, c0 = time.perf_counter(), time.process_time()
     res = run(scen)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -70,7 +71,8 @@ def measure(devices: int) -> dict:
     return {"devices": devices, "microbatches": MICROBATCHES, "wall_s": wall, "cpu_s": cpu,
             "peak_rss_gib": rss_gib, "events": s["events"],
             "iteration_time_s": s["iteration_time_s"], "mfu": s["mfu"],
-            "symmetry_used": s["symmetry_used"]}
+            "symmetry_used": s["symmetry_used"], "replica_orbit": s["replica_orbit"],
+            "placement": placement}
 
 
 def run(sizes: tuple[int, ...] = (64, 256, 1024, 4096)) -> pd.DataFrame:
@@ -103,9 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", type=int, help="measure one size and print JSON")
     p.add_argument("--sizes", default="64,256,1024,4096", help="comma-separated sizes")
+    p.add_argument("--placement", default="snake", help="with --devices: workload.placement")
     args = p.parse_args(argv)
     if args.devices:
-        print(json.dumps(measure(args.devices)))
+        print(json.dumps(measure(args.devices, args.placement)))
         return
     df = run(tuple(int(x) for x in args.sizes.split(",")))
     with pd.option_context("display.width", 160, "display.max_columns", 20):

@@ -79,6 +79,13 @@ def _gpt1t() -> dict:
     }
 
 
+def _lattice(d: dict) -> dict:
+    """``d`` with ``workload.placement: lattice`` (data-parallel rings along their own
+    lattice: 5.1 hops per edge instead of 17 on the 64x64 torus; ``topologies.placement``)."""
+    d["workload"]["placement"] = "lattice"
+    return d
+
+
 def _mb(d: dict, m: int) -> dict:
     """``d`` with ``m`` microbatches per data-parallel replica."""
     w = d["workload"]
@@ -106,6 +113,11 @@ CONFIGS = {
     "gpt3-175b/1024 jitter": (lambda: _gpt3(1024, 0.05), False, "about linear in devices"),
     "gpt3-175b/4096 jitter": (lambda: _gpt3(4096, 0.05), False, "fast <= 30 s, <= 4 GiB"),
     "gpt3-175b/16384 jitter": (lambda: _gpt3(16384, 0.05), False, "fast <= 120 s"),
+    # another placement, not the default: the rings no longer span the torus
+    "gpt3-175b/4096 jitter lattice": (lambda: _lattice(_gpt3(4096, 0.05)), False,
+                                      "fast <= 30 s, <= 4 GiB"),
+    "gpt3-175b/16384 jitter lattice": (lambda: _lattice(_gpt3(16384, 0.05)), False,
+                                       "fast <= 120 s"),
     "llama3-405b/16384": (_llama405b, False, "fast <= 10 s, <= 2 GiB"),
     "gpt-1t/3072": (_gpt1t, False, "fast <= 10 s"),
     # thermal model off: the fast mode aggregates microbatches (twin.aggregate)

@@ -91,34 +91,42 @@ def test_line_ring_closes_cheaply_on_torus_only():
 def test_lattice_group_rings_along_its_rows():
     """A group filling every second column of rows 0 and 32 of a 64x64 torus: its own 32 x 2
     lattice has a Hamiltonian cycle of 62 steps along the rows (2 hops each) and 2 across
-    (32 hops), whatever order the members are given in; the rank order (zig-zag between
-    the rows: 34 hops per edge) and the whole-grid snake (a 36-hop jump) are both worse."""
+    (32 hops), whatever order the members are given in (``lattice``); the rank order
+    (zig-zag between the rows: 34 hops per edge) and the whole-grid snake (a 36-hop jump),
+    the candidates without it, are both worse."""
     t = build_topology("torus2d", (64, 64), "x")
     xs, ys = np.meshgrid(np.arange(0, 64, 2), (0, 32), indexing="ij")
     devices = (xs + 64 * ys).ravel()                       # rank order: x outer, y inner
     rng = np.random.default_rng(3)
     for order in (devices, rng.permutation(devices)):
-        ring = ring_order(t, order)
-        assert sorted(ring.tolist()) == sorted(devices.tolist())
         r = Router(t)
-        hops = sorted(r.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
-                                                             strict=True))
-        assert hops == [2] * 62 + [32] * 2
+        for lattice in (True, False):
+            ring = ring_order(t, order, lattice=lattice)
+            assert sorted(ring.tolist()) == sorted(devices.tolist())
+            hops = sorted(r.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
+                                                                 strict=True))
+            if lattice:
+                assert hops == [2] * 62 + [32] * 2
+            else:
+                assert hops[-1] >= 34
 
 
-def test_snake_placement_scores_data_parallel_rings_in_ring_order():
+def test_lattice_placement_scores_data_parallel_rings_in_ring_order():
     """GPT-3 175B's layout on a 64x64 torus (tp 8, pp 8, dp 64). Scored with its DP rings
-    in the order the collectives run them, the placement takes 4x2 TP blocks and stacks a
-    replica's 8 stages along y (a 4 x 16 tile): a DP group is then a 16 x 4 lattice of
-    spacings 4 and 16, whose snake cycle steps 58 times along x and 6 times along y, so
-    (58 * 4 + 6 * 16) / 64 = 5.125 hops per DP ring edge (scored in rank order, the
-    placement chose replicas side by side along x: 17 hops per edge)."""
+    in the order the collectives run them (``lattice``), the placement takes 4x2 TP blocks
+    and stacks a replica's 8 stages along y (a 4 x 16 tile): a DP group is then a 16 x 4
+    lattice of spacings 4 and 16, whose snake cycle steps 58 times along x and 6 times
+    along y, so (58 * 4 + 6 * 16) / 64 = 5.125 hops per DP ring edge. ``snake`` (scored in
+    rank order) puts 2x4 blocks 8 to a 16 x 4 tile, replicas 4 along x: its rank-order rings
+    step 16 hops along x 48 times and 20 hops (x wrap and 4 down) 16 times, 17 per edge."""
     t = build_topology("torus2d", (64, 64), "x")
-    lay = Layout(t, 64, 8, 8)
-    hops = lay.hops_per_group(Router(t))
-    assert hops["tp"] == 1.0
-    assert hops["dp"] == pytest.approx((58 * 4 + 6 * 16) / 64)
-    assert hops["pp"] == 2.0
+    lattice = Layout(t, 64, 8, 8, "lattice").hops_per_group(Router(t))
+    assert lattice["tp"] == 1.0
+    assert lattice["dp"] == pytest.approx((58 * 4 + 6 * 16) / 64)
+    assert lattice["pp"] == 2.0
+    snake = Layout(t, 64, 8, 8).hops_per_group(Router(t))
+    assert snake["tp"] == 1.0
+    assert snake["dp"] == pytest.approx((48 * 16 + 16 * 20) / 64)
 
 
 def test_placement_policies():

@@ -126,7 +126,8 @@ class Layout:
         key = (kind, int(gid))
         ring = self._ring_cache.get(key)
         if ring is None:
-            ring = ring_order(self.topo, self.device[self.group_ranks(kind, gid)])
+            ring = ring_order(self.topo, self.device[self.group_ranks(kind, gid)],
+                              lattice=self.placement == "lattice")
             self._ring_cache[key] = ring
         return ring
 

@@ -122,7 +122,7 @@ class WorkloadSpec(StrictModel):
     sequence_parallel: bool = Field(
         default=False, description="split norms/dropout along the sequence across TP ranks "
                                    "(TP collectives become reduce-scatter + all-gather)")
-    placement: Literal["snake", "row-major", "spread"] = Field(
+    placement: Literal["snake", "row-major", "spread", "lattice"] = Field(
         default="snake", description="rank -> device policy (topologies.placement)")
     grad_bucket_mb: PositiveFloat = Field(
         default=25.0, description="gradient all-reduce bucket, MB (PyTorch DDP default 25)")
