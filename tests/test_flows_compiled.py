@@ -261,9 +261,9 @@ def _run(transfers, threshold, monkeypatch, cap):
     calls = []
     real = flows._step_targets_compiled
 
-    def counted(comp, rate):
+    def counted(comp, rate, rem=None):
         calls.append(len(rate))
-        return real(comp, rate)
+        return real(comp, rate, rem)
 
     monkeypatch.setattr(flows, "_step_targets_compiled", counted)
     ends, net = ref.engine_run(cap, transfers)

@@ -59,16 +59,18 @@ def _compiled():
     return jit
 
 
-def _step_targets_compiled(comp: Component, rate: np.ndarray
+def _step_targets_compiled(comp: Component, rate: np.ndarray, rem: np.ndarray | None = None
                            ) -> tuple[np.ndarray, np.ndarray | None]:
     """``(bytes of every flow to its next event, step targets or None)``: what
     :meth:`FlowNetwork._allocate` derives with :meth:`FlowNetwork._step_target` slice by
     slice, in one compiled call over the component's stepped transfers (a slice without a
     target has target 0, and ``rem - 0.0`` is ``rem``: the same values). What does not change
     while the component holds the same stepped transfers (their flows' step sizes, their
-    offsets) is kept on the component."""
+    offsets) is kept on the component. ``rem``: the remaining bytes of the active flows in
+    slice order, when the caller has them."""
     slices = comp.slices
-    rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
+    if rem is None:
+        rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
     stepped = [(tr, lo, hi) for tr, lo, hi, _act in slices if tr.steps > 1]
     if not stepped:
         return rem, None
@@ -522,11 +524,12 @@ class FlowNetwork:
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         if len(rate) == 0:
             return
+        self._index(comp)
         comp.tol = tols[0] if len(tols) == 1 else np.concatenate(tols)
         comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
                                   count=len(comp.slices))
         if use_jit:
-            to_go, comp.target = _step_targets_compiled(comp, rate)
+            to_go, comp.target = _step_targets_compiled(comp, rate, comp.buf[comp.pos])
         else:
             rems, targets, stepped = [], [], False
             for tr, lo, hi, act in comp.slices:
@@ -560,6 +563,35 @@ class FlowNetwork:
         self._large += 1
         return self._large > _JIT_AFTER
 
+    @staticmethod
+    def _index(comp: Component) -> None:
+        """Point ``comp.buf`` / ``comp.pos`` at the remaining bytes of its active flows (see
+        :class:`~twin.kernel.transfer.Component`). A component of one transfer uses that
+        transfer's array; otherwise, unless every transfer with active flows already views
+        the component's buffer, every transfer's ``remaining`` moves into a new one (its
+        values copied: the same numbers, only stored together)."""
+        slices = comp.slices
+        if len(slices) == 1:
+            tr, _lo, _hi, act = slices[0]
+            comp.buf, comp.pos = tr.remaining, act
+            return
+        buf = comp.buf
+        if buf is None or not all(sl[0].remaining.base is buf for sl in slices):
+            trs = list(comp.transfers.values())
+            buf = np.concatenate([t.remaining for t in trs])
+            offs, o = {}, 0
+            for t in trs:
+                n = len(t.remaining)
+                t.remaining = buf[o:o + n]
+                offs[t.id] = o
+                o += n
+            comp.buf, comp.offs = buf, offs
+        offs = comp.offs
+        acts = [act for _tr, _lo, _hi, act in slices]
+        comp.pos = np.concatenate(acts) + np.repeat(
+            np.fromiter((offs[sl[0].id] for sl in slices), dtype=np.int64, count=len(slices)),
+            np.fromiter((len(a) for a in acts), dtype=np.int64, count=len(acts)))
+
     def _arm(self, comp: Component, dt: float) -> None:
         """Set the component's timer ``dt`` seconds from now (void once it changes again)."""
         gen = comp.gen
@@ -575,6 +607,7 @@ class FlowNetwork:
         self.cache_hits += 1
         self.solo_starts += 1
         comp.slices = [(tr, 0, len(rate), tr.template.all_flows)]
+        comp.buf, comp.pos = tr.remaining, tr.template.all_flows
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
         comp.starts = _FIRST
@@ -655,15 +688,10 @@ class FlowNetwork:
         comp.last = now
         if dt <= 0 or len(comp.rate) == 0:
             return
-        drained = comp.rate * dt
-        for tr, lo, hi, act in comp.slices:
-            if tr.whole:
-                r = tr.remaining
-                r -= drained[lo:hi]
-                np.maximum(r, 0.0, out=r)
-            else:
-                rem = tr.remaining[act] - drained[lo:hi]
-                tr.remaining[act] = np.maximum(rem, 0.0)
+        left = comp.buf[comp.pos]
+        left -= comp.rate * dt
+        np.maximum(left, 0.0, out=left)
+        comp.buf[comp.pos] = left
         comp.busy += dt
 
     def _on_timer(self, comp: Component, gen: int) -> None:
@@ -679,8 +707,7 @@ class FlowNetwork:
         n_flows = len(comp.rate)
         left = 0  # flows that ended (not the parked ones)
         slices = comp.slices
-        rem = [tr.remaining if tr.whole else tr.remaining[act] for tr, _lo, _hi, act in slices]
-        hit_all = ((rem[0] if len(rem) == 1 else np.concatenate(rem)) <= comp.tol) | comp.due
+        hit_all = (comp.buf[comp.pos] <= comp.tol) | comp.due
         flows_hit = np.flatnonzero(hit_all)
         # only the slices with a flow done: the others keep their flows and links
         which = np.unique(np.searchsorted(comp.starts, flows_hit, side="right") - 1).tolist()

@@ -181,8 +181,8 @@ class Transfer:
 class Component:
     """Transfers connected through shared links, with their current allocation."""
 
-    __slots__ = ("busy", "due", "entry_flow", "gen", "inv", "last", "rate", "slices",
-                 "starts", "statics", "target", "tol", "transfers", "ulinks")
+    __slots__ = ("buf", "busy", "due", "entry_flow", "gen", "inv", "last", "offs", "pos",
+                 "rate", "slices", "starts", "statics", "target", "tol", "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -202,3 +202,11 @@ class Component:
         # does not change): kept by twin.kernel.flows._step_targets_compiled
         self.statics: tuple | None = None
         self.busy = 0.0
+        # the remaining bytes of its transfers in one array: each transfer's ``remaining`` is
+        # a view into ``buf`` at ``offs[id]`` (a component of one transfer: that transfer's
+        # own array), and ``pos`` are the places of the active flows of ``slices`` in it, so
+        # that draining, and reading what is left, is one array operation, not one per
+        # transfer (``twin.kernel.flows.FlowNetwork._index``)
+        self.buf: np.ndarray | None = None
+        self.offs: dict[int, int] = {}
+        self.pos = np.empty(0, dtype=np.int64)
