@@ -217,7 +217,7 @@ class Fabric:
     def _flow_counter(self, counter: np.ndarray, ids: np.ndarray, weighted: bool) -> np.ndarray:
         """A flow-engine per-link counter at link ids ``ids``, in real links: read through
         the quotient when there is one (``weighted``: bytes, times ``n / |C(l)|``)."""
-        self.flows._advance()
+        self.flows.sync()
         q = self.quotient
         if q is None:
             return counter[ids].copy()

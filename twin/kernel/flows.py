@@ -35,6 +35,7 @@ from itertools import accumulate
 import numpy as np
 import simpy
 
+from twin.kernel.joins import extend
 from twin.kernel.maxmin import _max_min_local, max_min_rates
 from twin.kernel.transfer import Component, Template, Transfer
 
@@ -107,6 +108,10 @@ class FlowNetwork:
             flows cross them (None: none may; capacities are then fixed).
     """
 
+    #: a transfer joining one component keeps the rates there when that is exact
+    #: (``twin.kernel.joins``); False: every join solves its component (the tests' reference)
+    extend_joins = True
+
     def __init__(self, env: simpy.Environment, capacity: np.ndarray,
                  on_finish: Callable[[Transfer], None] | None = None,
                  variable: np.ndarray | None = None):
@@ -136,8 +141,9 @@ class FlowNetwork:
         self.recomputes = 0      # max-min solves
         self.cache_hits = 0      # allocations reused from the route-pattern cache
         self.solo_starts = 0     # of which fresh transfers alone in their component
-        self._scratch: np.ndarray | None = None  # link -> local index table (compiled path)
+        self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # link -> local index
         self._large = 0  # allocations of _JIT_FLOWS or more flows so far
+        self.extensions = 0  # joins that kept the component's rates (extend_joins)
         # called with every transfer about to join the network (new, or cut flows put back on
         # new routes; parked flows never left it), before any rate changes: a caller that
         # costs work on some links ahead of the clock, outside the engine
@@ -286,10 +292,6 @@ class FlowNetwork:
             self._rebuild(comp)
         return float(tr.remaining.sum())
 
-    def _advance(self) -> None:
-        """Compatibility name of :meth:`sync`."""
-        self.sync()
-
     def sync(self) -> None:
         """Bring remaining bytes and link counters up to now (bytes of flows still in
         flight are counted on their links as they stand)."""
@@ -367,6 +369,8 @@ class FlowNetwork:
         else:
             for c in touched:
                 self._advance_comp(c)
+            if len(touched) == 1 and self._extend(next(iter(touched)), tr):
+                return
             comp = max(touched, key=lambda c: len(c.transfers))
             for c in touched:
                 if c is not comp:
@@ -508,8 +512,6 @@ class FlowNetwork:
             entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
             use_jit = self._compiled_pays(n)
             if use_jit:
-                if self._scratch is None:
-                    self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)
                 rate, ulinks, inv = _compiled().compact_max_min(
                     entry_flow, entry_link, n, self.capacity, self._scratch)
             else:
@@ -524,8 +526,47 @@ class FlowNetwork:
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         if len(rate) == 0:
             return
-        self._index(comp)
-        comp.tol = tols[0] if len(tols) == 1 else np.concatenate(tols)
+        dt = self._schedule(comp, tols[0] if len(tols) == 1 else np.concatenate(tols), use_jit)
+        # (only when cached, so that the counters stay the same)
+        if solo_ok and comp.target is None and key in self._allocs:
+            self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
+
+    def _extend(self, comp: Component, tr: Transfer) -> bool:
+        """Add ``tr`` to ``comp`` keeping the rates there (``twin.kernel.joins.extend``);
+        False, changing nothing, when that would not be the max-min allocation."""
+        if not self.extend_joins or len(comp.rate) == 0:
+            return False
+        inc = tr.incidence()
+        if inc is None:
+            return False
+        act, local, links, tol = inc
+        got = extend(comp.rate, comp.entry_flow, comp.ulinks, comp.inv, local, links,
+                     len(act), self.capacity, self._scratch)
+        if got is None:
+            return False
+        self._flush_busy(comp)  # (the busy time so far is on the links before the join)
+        comp.gen += 1
+        comp.last = self.env.now
+        comp.transfers[tr.id] = tr
+        tr.comp = comp
+        self._register(tr)
+        n_old = len(comp.rate)
+        comp.rate, comp.entry_flow, comp.ulinks, comp.inv = got
+        comp.slices = [*comp.slices, (tr, n_old, n_old + len(act), act)]
+        self.extensions += 1
+        self._schedule(comp, np.concatenate([comp.tol, tol]),
+                       self._compiled_pays(len(comp.rate)), added=tr)
+        return True
+
+    def _schedule(self, comp: Component, tol: np.ndarray, use_jit: bool,
+                  added: Transfer | None = None) -> float:
+        """With the component's rates set: its flows' remaining bytes, done tolerances
+        ``tol`` and step targets, the flows due first; arms its timer. Returns the time to
+        it, s. ``added``: the transfer whose flows were appended to the slices since the
+        last allocation, when nothing else changed (:meth:`_extend`)."""
+        rate = comp.rate
+        comp.index(added)
+        comp.tol = tol
         comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
                                   count=len(comp.slices))
         if use_jit:
@@ -550,10 +591,8 @@ class FlowNetwork:
         dt = float(ttf.min())
         # flows due at the timer finish then, whatever rounding of the clock does to dt
         comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
-        # (only when cached, so that the counters stay the same)
-        if solo_ok and comp.target is None and key in self._allocs:
-            self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
         self._arm(comp, dt)
+        return dt
 
     def _compiled_pays(self, n: int) -> bool:
         """Whether an allocation of ``n`` flows takes the compiled forms (``_JIT_FLOWS``,
@@ -562,35 +601,6 @@ class FlowNetwork:
             return False
         self._large += 1
         return self._large > _JIT_AFTER
-
-    @staticmethod
-    def _index(comp: Component) -> None:
-        """Point ``comp.buf`` / ``comp.pos`` at the remaining bytes of its active flows (see
-        :class:`~twin.kernel.transfer.Component`). A component of one transfer uses that
-        transfer's array; otherwise, unless every transfer with active flows already views
-        the component's buffer, every transfer's ``remaining`` moves into a new one (its
-        values copied: the same numbers, only stored together)."""
-        slices = comp.slices
-        if len(slices) == 1:
-            tr, _lo, _hi, act = slices[0]
-            comp.buf, comp.pos = tr.remaining, act
-            return
-        buf = comp.buf
-        if buf is None or not all(sl[0].remaining.base is buf for sl in slices):
-            trs = list(comp.transfers.values())
-            buf = np.concatenate([t.remaining for t in trs])
-            offs, o = {}, 0
-            for t in trs:
-                n = len(t.remaining)
-                t.remaining = buf[o:o + n]
-                offs[t.id] = o
-                o += n
-            comp.buf, comp.offs = buf, offs
-        offs = comp.offs
-        acts = [act for _tr, _lo, _hi, act in slices]
-        comp.pos = np.concatenate(acts) + np.repeat(
-            np.fromiter((offs[sl[0].id] for sl in slices), dtype=np.int64, count=len(slices)),
-            np.fromiter((len(a) for a in acts), dtype=np.int64, count=len(acts)))
 
     def _arm(self, comp: Component, dt: float) -> None:
         """Set the component's timer ``dt`` seconds from now (void once it changes again)."""
@@ -607,7 +617,7 @@ class FlowNetwork:
         self.cache_hits += 1
         self.solo_starts += 1
         comp.slices = [(tr, 0, len(rate), tr.template.all_flows)]
-        comp.buf, comp.pos = tr.remaining, tr.template.all_flows
+        comp.index()
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
         comp.starts = _FIRST

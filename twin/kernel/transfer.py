@@ -181,8 +181,9 @@ class Transfer:
 class Component:
     """Transfers connected through shared links, with their current allocation."""
 
-    __slots__ = ("buf", "busy", "due", "entry_flow", "gen", "inv", "last", "offs", "pos",
-                 "rate", "slices", "starts", "statics", "target", "tol", "transfers", "ulinks")
+    __slots__ = ("buf", "busy", "due", "entry_flow", "fill", "gen", "inv", "last", "offs",
+                 "pos", "rate", "slices", "starts", "statics", "target", "tol", "transfers",
+                 "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -202,11 +203,53 @@ class Component:
         # does not change): kept by twin.kernel.flows._step_targets_compiled
         self.statics: tuple | None = None
         self.busy = 0.0
-        # the remaining bytes of its transfers in one array: each transfer's ``remaining`` is
-        # a view into ``buf`` at ``offs[id]`` (a component of one transfer: that transfer's
-        # own array), and ``pos`` are the places of the active flows of ``slices`` in it, so
-        # that draining, and reading what is left, is one array operation, not one per
-        # transfer (``twin.kernel.flows.FlowNetwork._index``)
+        # the remaining bytes of its transfers in one array (see index)
         self.buf: np.ndarray | None = None
+        self.fill = -1  # entries of buf in use (-1: buf is one transfer's own array)
         self.offs: dict[int, int] = {}
         self.pos = np.empty(0, dtype=np.int64)
+
+    def index(self, added: Transfer | None = None) -> None:
+        """Keep the remaining bytes of the active flows of ``slices`` in one array, so that
+        draining them (``FlowNetwork._advance_comp``) and reading them is one array
+        operation, not one per transfer: ``buf[pos]`` in slice order.
+
+        A component of one transfer uses that transfer's own ``remaining``. Otherwise each
+        transfer's ``remaining`` is a view into ``buf`` at ``offs[id]``: the values are
+        copied there once (the same numbers, stored together) and every later write to a
+        transfer's ``remaining`` lands in ``buf``. ``buf`` has room to spare, so a transfer
+        ``added`` to the slices since the last call (nothing else changed) is placed in it
+        without moving the others; a transfer not in ``buf`` otherwise moves all."""
+        slices = self.slices
+        if len(slices) == 1:
+            tr, _lo, _hi, act = slices[0]
+            self.buf, self.pos, self.fill = tr.remaining, act, -1
+            return
+        buf = self.buf
+        if added is not None and self.fill >= 0:
+            n = len(added.remaining)
+            at = self.fill
+            if at + n <= len(buf):
+                buf[at:at + n] = added.remaining
+                added.remaining = buf[at:at + n]
+                self.offs[added.id] = at
+                self.fill = at + n
+                self.pos = np.concatenate([self.pos, slices[-1][3] + at])
+                return
+        if self.fill < 0 or not all(sl[0].remaining.base is buf for sl in slices):
+            trs = list(self.transfers.values())
+            total = sum(len(t.remaining) for t in trs)
+            buf = np.empty(max(2 * total, 64))
+            offs, o = {}, 0
+            for t in trs:
+                n = len(t.remaining)
+                buf[o:o + n] = t.remaining
+                t.remaining = buf[o:o + n]
+                offs[t.id] = o
+                o += n
+            self.buf, self.offs, self.fill = buf, offs, o
+        offs = self.offs
+        acts = [act for _tr, _lo, _hi, act in slices]
+        self.pos = np.concatenate(acts) + np.repeat(
+            np.fromiter((offs[sl[0].id] for sl in slices), dtype=np.int64, count=len(slices)),
+            np.fromiter((len(a) for a in acts), dtype=np.int64, count=len(acts)))

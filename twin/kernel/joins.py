@@ -1,0 +1,88 @@
+"""Adding a transfer to a component without solving the component again, when that is exact.
+
+A max-min fair allocation is characterized by bottlenecks: every flow crosses a *saturated*
+link on which no other flow has a larger rate (a flow crossing a link ``m`` times counts ``m``
+times in its load, as in ``twin.kernel.maxmin``). Such an allocation is the max-min fair one,
+and it is unique. So when a transfer joins a component whose allocation is max-min fair, give
+its flows the max-min rates of the transfer alone on the capacity the component leaves on
+its links (progressive filling, :func:`twin.kernel.maxmin._max_min_local`); if each of its
+flows then has such a bottleneck (a link it saturates on which no old or new flow is faster),
+the old flows keep theirs (a link the new flows cross is saturated only if they left no
+residual, and then they got no rate and fail the test), so old rates and new ones together are
+the max-min fair allocation of the larger component: nothing else needs solving. Otherwise
+the caller solves the component as usual.
+
+Out of step rings on thousands of devices join components of a hundred transfers and tens of
+thousands of (flow, link) entries, and a join almost never changes the rates already there
+(GPT-3 175B, 4096 devices, jitter, lock-step rings: 81,962 of 82,050 joins): the check costs
+a pass over the component's entries instead of a solve.
+
+Kernel: links are array indices with capacities, nothing of GPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twin.kernel.maxmin import _max_min_local
+
+#: relative slack of "saturated" and "no faster flow" (the progressive filling's own
+#: tolerance for links reaching a level together)
+_TOL = 1e-12
+
+
+def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np.ndarray,
+           local: np.ndarray, links: np.ndarray, n_new: int, capacity: np.ndarray,
+           table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The component's allocation with ``n_new`` flows added, or None when the check fails.
+
+    Args:
+        rate, entry_flow, ulinks, inv: the component's max-min rates (bytes/s), each entry's
+            flow, the links its entries cross and each entry's index into them.
+        local, links: the new flows' entries: flow (``0..n_new-1``) and link id.
+        n_new: number of new flows.
+        capacity: bytes/s of every link of the network.
+        table: int64 scratch over every link of the network holding -1 (left so).
+
+    Returns:
+        ``(rate, entry_flow, ulinks, inv)`` of the component with the new flows after the old
+        ones (old rates unchanged; new links after the old ones), or None.
+    """
+    n_old_links = len(ulinks)
+    table[ulinks] = np.arange(n_old_links)
+    idx = table[links]
+    table[ulinks] = -1
+    fresh = idx < 0
+    if fresh.any():
+        new_links, fresh_inv = np.unique(links[fresh], return_inverse=True)
+        idx[fresh] = n_old_links + fresh_inv
+    else:
+        new_links = links[:0]
+    sub, sub_inv = np.unique(idx, return_inverse=True)      # the links the new flows cross
+    crossed = np.zeros(n_old_links + len(new_links), dtype=bool)
+    crossed[sub] = True
+    mine = crossed[inv]                                     # old entries on those links
+    old_l, old_r = inv[mine], rate[entry_flow[mine]]
+    load = np.zeros(len(crossed))
+    np.add.at(load, old_l, old_r)
+    fastest = np.zeros(len(crossed))
+    np.maximum.at(fastest, old_l, old_r)
+    cap = capacity[np.concatenate([ulinks, new_links])[sub]]
+    y = _max_min_local(local, sub_inv, n_new, np.maximum(cap - load[sub], 0.0))
+    if not (np.isfinite(y).all() and (y > 0.0).all()):
+        return None
+    y_ent = y[local]
+    after = load[sub] + np.bincount(sub_inv, weights=y_ent, minlength=len(sub))
+    top = fastest[sub]
+    np.maximum.at(top, sub_inv, y_ent)
+    ok = (after >= cap * (1 - _TOL))[sub_inv] & (y_ent >= top[sub_inv] * (1 - _TOL))
+    held = np.zeros(n_new, dtype=bool)
+    held[local[ok]] = True
+    if not held.all():
+        return None
+    return (np.concatenate([rate, y]), np.concatenate([entry_flow, local + len(rate)]),
+            np.concatenate([ulinks, new_links]) if len(new_links) else ulinks,
+            np.concatenate([inv, idx]))
+
+
+__all__ = ["extend"]
