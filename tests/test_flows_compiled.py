@@ -40,11 +40,14 @@ def _instance(rng: np.random.Generator):
 def test_compiled_max_min_is_the_numpy_solve_to_the_bit(seed):
     ef, el, n, cap = _instance(np.random.default_rng(seed))
     scratch = np.full(len(cap), -1, dtype=np.int64)
-    rate, ulinks, inv = compact_max_min(ef, el, n, cap, scratch)
+    cert, want_cert = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    rate, ulinks, inv = compact_max_min(ef, el, n, cap, scratch, cert)
     want_links, want_inv = np.unique(el, return_inverse=True)
     with np.errstate(invalid="ignore"):  # inf x 0 on links of infinite capacity: never read
-        want = _max_min_local(ef, want_inv, n, cap[want_links])
+        want = _max_min_local(ef, want_inv, n, cap[want_links], want_cert)
     assert rate.tobytes() == want.tobytes()
+    assert np.array_equal(cert, want_cert)
+    _bottlenecks_hold(ef, inv, rate, cap[ulinks], cert)
     assert np.array_equal(ulinks, want_links) and np.array_equal(inv, want_inv)
     assert (scratch == -1).all()  # left as it was given
     if len(el):  # the textbook water filling agrees too (to rounding)
@@ -52,6 +55,22 @@ def test_compiled_max_min_is_the_numpy_solve_to_the_bit(seed):
         finite = [r for r in range(n) if np.isfinite(want[r])]
         wf = ref.water_fill([routes[f] for f in finite], cap.tolist())
         assert rate[finite] == pytest.approx(wf, rel=1e-9)
+
+
+def _bottlenecks_hold(ef, inv, rate, cap, cert) -> None:
+    """Each flow's ``cert`` is a link it crosses, saturated (rel 1e-9), on which no flow is
+    faster: the bottleneck property of a max-min allocation, checked here by summing loads
+    (flows of infinite rate, without finite links, have none)."""
+    finite = np.isfinite(rate)
+    load = np.zeros(len(cap))
+    np.add.at(load, inv[finite[ef]], rate[ef[finite[ef]]])
+    fastest = np.zeros(len(cap))
+    np.maximum.at(fastest, inv[finite[ef]], rate[ef[finite[ef]]])
+    for f in np.flatnonzero(finite):
+        lk = cert[f]
+        assert lk in inv[ef == f]
+        assert load[lk] == pytest.approx(cap[lk], rel=1e-9)
+        assert rate[f] >= fastest[lk] * (1 - 1e-12)
 
 
 def _many_levels(rng: np.random.Generator):
@@ -77,11 +96,14 @@ def test_compiled_max_min_with_many_levels_is_the_numpy_solve_to_the_bit(seed):
 
     ef, el, n, cap = _many_levels(np.random.default_rng(1000 + seed))
     scratch = np.full(len(cap), -1, dtype=np.int64)
-    rate, ulinks, inv = compact_max_min(ef, el, n, cap, scratch)
+    cert, want_cert = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    rate, ulinks, inv = compact_max_min(ef, el, n, cap, scratch, cert)
     want_links, want_inv = np.unique(el, return_inverse=True)
-    want = _max_min_local(ef, want_inv, n, cap[want_links])
+    want = _max_min_local(ef, want_inv, n, cap[want_links], want_cert)
     assert len(np.unique(want)) > _SCAN_LEVELS  # the heap part was reached
     assert rate.tobytes() == want.tobytes()
+    assert np.array_equal(cert, want_cert)
+    _bottlenecks_hold(ef, inv, rate, cap[ulinks], cert)
     assert np.array_equal(ulinks, want_links) and np.array_equal(inv, want_inv)
     assert (scratch == -1).all()
     routes = [el[ef == f].tolist() for f in range(n)]

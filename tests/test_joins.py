@@ -25,7 +25,7 @@ def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray):
     ulinks, inv = np.unique(el, return_inverse=True)
     local, links = _entries(new)
     table = np.full(len(cap), -1, dtype=np.int64)
-    got = extend(rate, ef, ulinks, inv, local, links, len(new), cap, table)
+    got = extend(rate, ef, ulinks, inv, None, local, links, len(new), cap, table)
     assert (table == -1).all()  # the scratch is left as it was
     return got
 
@@ -37,7 +37,7 @@ def test_a_flow_on_spare_links_keeps_the_rates_and_gets_the_spare():
     cap = np.array([1.0, 10.0])
     got = _extend([[0], [0, 1]], [[1]], cap)
     assert got is not None
-    rate, ef, ulinks, inv = got
+    rate, ef, ulinks, inv, _cert = got
     assert rate.tolist() == pytest.approx([0.5, 0.5, 9.5])
     assert ulinks[inv].tolist() == [0, 0, 1, 1]
     assert ef.tolist() == [0, 1, 1, 2]
@@ -121,26 +121,30 @@ def _staggered(seed: int) -> list[dict]:
     return out
 
 
-def test_the_engine_with_extended_joins_equals_every_join_solved(monkeypatch):
-    """The same staggered workloads with ``extend_joins`` on and off: completion times, link
-    bytes and busy seconds equal to rounding (rel 1e-12); some joins were extended and each
-    saved a solve."""
+def test_the_engine_keeping_rates_equals_every_change_solved(monkeypatch):
+    """The same staggered workloads with ``keep_rates`` on and off: completion times, link
+    bytes and busy seconds equal to rounding (rel 1e-12); some joins were extended and some
+    departures kept the other rates, each saving a solve."""
+    monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)  # (these components are small)
     cap = [10.0, 4.0, 7.0, 25.0] * 4
     runs = {True: [], False: []}
     for on in (True, False):
-        monkeypatch.setattr(flows.FlowNetwork, "extend_joins", on)
+        monkeypatch.setattr(flows.FlowNetwork, "keep_rates", on)
         runs[on] = [ref.engine_run(cap, _staggered(seed)) for seed in range(8)]
     for (on_ends, on), (off_ends, off) in zip(runs[True], runs[False], strict=True):
         assert off.extensions == 0
         assert on_ends == pytest.approx(off_ends, rel=1e-12)
         assert on.link_bytes == pytest.approx(off.link_bytes, rel=1e-12)
         assert on.link_busy == pytest.approx(off.link_busy, rel=1e-12)
-        assert on.recomputes + on.extensions == off.recomputes
+        assert off.shrinks == 0
+        assert on.recomputes + on.extensions + on.shrinks == off.recomputes
     assert sum(net.extensions for _e, net in runs[True]) > 0
+    assert sum(net.shrinks for _e, net in runs[True]) > 0
 
 
-def test_the_engine_with_extended_joins_matches_the_fluid_reference():
+def test_the_engine_keeping_rates_matches_the_fluid_reference(monkeypatch):
     """And against the plain fluid simulation (its own water-filling at every event)."""
+    monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
     cap = [10.0, 4.0, 7.0, 25.0] * 4
     total = 0
     for seed in range(4):
@@ -149,3 +153,25 @@ def test_the_engine_with_extended_joins_matches_the_fluid_reference():
         total += net.extensions
         assert ends == pytest.approx(ref.fluid(cap, transfers), rel=1e-9)
     assert total > 0
+
+
+@pytest.mark.parametrize("name", [
+    "test_bulk_synchronous_steps_wait_for_the_slowest_flow",
+    "test_ring_steps_synchronise_under_rotating_contention",
+    "test_steps_with_a_cut_flow_wait_for_the_resend",
+    "test_contention_that_ends_mid_step_keeps_the_barrier",
+    "test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut",
+    "test_a_flow_that_ends_its_step_within_the_step_tolerance_releases_the_barrier",
+    "test_flows_in_step_wait_for_a_cut_flow_of_the_same_step",
+    "test_many_random_staggered_transfers",
+])
+@pytest.mark.parametrize("jit", [False, True])
+def test_keeping_rates_passes_the_fluid_reference_tests(name, jit, monkeypatch):
+    """The reference file's step-barrier, cut-and-resume and random-workload tests (against
+    the plain fluid simulation) with every component keeping its rates where the check
+    allows, solved in NumPy and by the compiled forms (whose bottlenecks must be the same)."""
+    monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
+    if jit:
+        monkeypatch.setattr(flows, "_JIT_FLOWS", 0)
+        monkeypatch.setattr(flows, "_JIT_AFTER", -1)
+    getattr(ref, name)()

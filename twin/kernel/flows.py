@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from itertools import accumulate
 
 import numpy as np
 import simpy
 
-from twin.kernel.joins import extend
+from twin.kernel.joins import extend, shrink
 from twin.kernel.maxmin import _max_min_local, max_min_rates
+from twin.kernel.steps import _compiled
+from twin.kernel.steps import step_targets_compiled as _step_targets_compiled
 from twin.kernel.transfer import Component, Template, Transfer
 
 __all__ = ["FlowNetwork", "Transfer", "max_min_rates"]
@@ -51,50 +52,11 @@ _FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
 # the Llama 3 405B layout on 16384 GPUs 13,431, and is 0.6 s slower compiled from the first)
 _JIT_FLOWS = 24
 _JIT_AFTER = 20_000
-
-
-def _compiled():
-    """``twin.kernel.maxmin_jit``, imported at the first large component (numba)."""
-    import twin.kernel.maxmin_jit as jit  # (after the first call: a lookup in sys.modules)
-
-    return jit
-
-
-def _step_targets_compiled(comp: Component, rate: np.ndarray, rem: np.ndarray | None = None
-                           ) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(bytes of every flow to its next event, step targets or None)``: what
-    :meth:`FlowNetwork._allocate` derives with :meth:`FlowNetwork._step_target` slice by
-    slice, in one compiled call over the component's stepped transfers (a slice without a
-    target has target 0, and ``rem - 0.0`` is ``rem``: the same values). What does not change
-    while the component holds the same stepped transfers (their flows' step sizes, their
-    offsets) is kept on the component. ``rem``: the remaining bytes of the active flows in
-    slice order, when the caller has them."""
-    slices = comp.slices
-    if rem is None:
-        rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
-    stepped = [(tr, lo, hi) for tr, lo, hi, _act in slices if tr.steps > 1]
-    if not stepped:
-        return rem, None
-    ids = tuple(tr.id for tr, _l, _h in stepped)
-    statics = comp.statics
-    if statics is None or statics[0] != ids:
-        f_lo = np.fromiter(accumulate((len(tr.remaining) for tr, _lo, _hi in stepped),
-                                      initial=0), dtype=np.int64, count=len(stepped) + 1)
-        statics = comp.statics = (
-            ids, f_lo, np.concatenate([tr._per_step for tr, _l, _h in stepped]),
-            np.concatenate([tr.step_size for tr, _l, _h in stepped]),
-            np.array([tr.uniform for tr, _l, _h in stepped], dtype=bool))
-    _ids, f_lo, per_step, step_size, uniform = statics
-    target = np.zeros(len(rate))
-    has = _compiled().step_targets(
-        rate, np.array([lo for _t, lo, _h in stepped], dtype=np.int64),
-        np.array([hi for _t, _l, hi in stepped], dtype=np.int64),
-        np.concatenate([act for _tr, _lo, _hi, act in slices]), f_lo,
-        np.concatenate([tr.remaining for tr, _l, _h in stepped]), per_step,
-        np.concatenate([tr.parked for tr, _l, _h in stepped]), step_size, uniform, target)
-    if not has.any():
-        return rem, None
-    return rem - target, target
+# components of at least this many (flow, link) entries keep their rates through joins and
+# departures where that is exact (twin.kernel.joins); on smaller ones the check costs about
+# what a solve does (GPT-3 175B jittered on 1024 devices: components of ~50 entries, ran
+# 25-50% slower checking every change)
+_KEEP_ENTRIES = 1024
 
 
 class FlowNetwork:
@@ -108,9 +70,9 @@ class FlowNetwork:
             flows cross them (None: none may; capacities are then fixed).
     """
 
-    #: a transfer joining one component keeps the rates there when that is exact
-    #: (``twin.kernel.joins``); False: every join solves its component (the tests' reference)
-    extend_joins = True
+    #: joins and departures keep the other rates where that is exact (``twin.kernel.joins``);
+    #: False: every change solves its component (the tests' reference)
+    keep_rates = True
 
     def __init__(self, env: simpy.Environment, capacity: np.ndarray,
                  on_finish: Callable[[Transfer], None] | None = None,
@@ -143,7 +105,8 @@ class FlowNetwork:
         self.solo_starts = 0     # of which fresh transfers alone in their component
         self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # link -> local index
         self._large = 0  # allocations of _JIT_FLOWS or more flows so far
-        self.extensions = 0  # joins that kept the component's rates (extend_joins)
+        self.extensions = 0  # joins that kept the component's rates (keep_rates)
+        self.shrinks = 0  # flows stopping with the other rates kept
         # called with every transfer about to join the network (new, or cut flows put back on
         # new routes; parked flows never left it), before any rate changes: a caller that
         # costs work on some links ahead of the clock, outside the engine
@@ -511,12 +474,14 @@ class FlowNetwork:
                 entry_flow = ent_f[0] if ent_f else np.empty(0, dtype=np.int64)
             entry_link = np.concatenate(ent_l) if ent_l else np.empty(0, dtype=np.int64)
             use_jit = self._compiled_pays(n)
+            cert = np.empty(n, dtype=np.int64) if len(entry_flow) >= _KEEP_ENTRIES else None
             if use_jit:
                 rate, ulinks, inv = _compiled().compact_max_min(
-                    entry_flow, entry_link, n, self.capacity, self._scratch)
+                    entry_flow, entry_link, n, self.capacity, self._scratch,
+                    np.empty(n, dtype=np.int64) if cert is None else cert)
             else:
                 ulinks, inv = self._compact_links(entry_link)
-                rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks])
+                rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks], cert)
             self.recomputes += 1
             if key is not None and len(self._allocs) < self.alloc_cache_size:
                 size = rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
@@ -524,6 +489,7 @@ class FlowNetwork:
                     self._allocs[key] = (rate, entry_flow, ulinks, inv)
                     self._alloc_bytes += size
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
+        comp.cert = None if cached is not None else cert
         if len(rate) == 0:
             return
         dt = self._schedule(comp, tols[0] if len(tols) == 1 else np.concatenate(tols), use_jit)
@@ -534,29 +500,32 @@ class FlowNetwork:
     def _extend(self, comp: Component, tr: Transfer) -> bool:
         """Add ``tr`` to ``comp`` keeping the rates there (``twin.kernel.joins.extend``);
         False, changing nothing, when that would not be the max-min allocation."""
-        if not self.extend_joins or len(comp.rate) == 0:
-            return False
-        inc = tr.incidence()
+        inc = (tr.incidence() if self.keep_rates and len(comp.entry_flow) >= _KEEP_ENTRIES
+               else None)
         if inc is None:
             return False
         act, local, links, tol = inc
-        got = extend(comp.rate, comp.entry_flow, comp.ulinks, comp.inv, local, links,
-                     len(act), self.capacity, self._scratch)
+        got = extend(comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, local,
+                     links, len(act), self.capacity, self._scratch)
         if got is None:
             return False
-        self._flush_busy(comp)  # (the busy time so far is on the links before the join)
-        comp.gen += 1
-        comp.last = self.env.now
         comp.transfers[tr.id] = tr
         tr.comp = comp
         self._register(tr)
-        n_old = len(comp.rate)
-        comp.rate, comp.entry_flow, comp.ulinks, comp.inv = got
-        comp.slices = [*comp.slices, (tr, n_old, n_old + len(act), act)]
+        n = len(comp.rate)
         self.extensions += 1
-        self._schedule(comp, np.concatenate([comp.tol, tol]),
-                       self._compiled_pays(len(comp.rate)), added=tr)
+        self._keep(comp, (*got, np.concatenate([comp.tol, tol]),
+                          [*comp.slices, (tr, n, n + len(act), act)]), tr)
         return True
+
+    def _keep(self, comp: Component, got: tuple, added: Transfer | None = None) -> None:
+        """Install ``(rate, entry_flow, ulinks, inv, cert, tol, slices)`` kept from the
+        component's allocation (``twin.kernel.joins``) and schedule it."""
+        self._flush_busy(comp)  # (the busy time so far is on the links before the change)
+        comp.gen += 1
+        comp.last = self.env.now
+        comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, tol, comp.slices = got
+        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added)
 
     def _schedule(self, comp: Component, tol: np.ndarray, use_jit: bool,
                   added: Transfer | None = None) -> float:
@@ -617,6 +586,7 @@ class FlowNetwork:
         self.cache_hits += 1
         self.solo_starts += 1
         comp.slices = [(tr, 0, len(rate), tr.template.all_flows)]
+        comp.cert = None
         comp.index()
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
@@ -762,7 +732,12 @@ class FlowNetwork:
         if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
             self._rebuild(comp)
         elif comp.transfers:
-            self._allocate(comp)
+            got = shrink(comp, which) if self.keep_rates else None
+            if got is None:
+                self._allocate(comp)
+            else:
+                self.shrinks += 1
+                self._keep(comp, got)
         else:
             self._rebuild(comp)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from twin.kernel.maxmin import _max_min_local
+from twin.kernel.transfer import Component
 
 #: relative slack of "saturated" and "no faster flow" (the progressive filling's own
 #: tolerance for links reaching a level together)
@@ -32,21 +33,23 @@ _TOL = 1e-12
 
 
 def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np.ndarray,
-           local: np.ndarray, links: np.ndarray, n_new: int, capacity: np.ndarray,
-           table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+           cert: np.ndarray | None, local: np.ndarray, links: np.ndarray, n_new: int,
+           capacity: np.ndarray, table: np.ndarray) -> tuple | None:
     """The component's allocation with ``n_new`` flows added, or None when the check fails.
 
     Args:
         rate, entry_flow, ulinks, inv: the component's max-min rates (bytes/s), each entry's
             flow, the links its entries cross and each entry's index into them.
+        cert: each flow's bottleneck (index into ``ulinks``), or None if not known.
         local, links: the new flows' entries: flow (``0..n_new-1``) and link id.
         n_new: number of new flows.
         capacity: bytes/s of every link of the network.
         table: int64 scratch over every link of the network holding -1 (left so).
 
     Returns:
-        ``(rate, entry_flow, ulinks, inv)`` of the component with the new flows after the old
-        ones (old rates unchanged; new links after the old ones), or None.
+        ``(rate, entry_flow, ulinks, inv, cert)`` of the component with the new flows after
+        the old ones (old rates unchanged; new links after the old ones; ``cert`` None if it
+        was), or None.
     """
     n_old_links = len(ulinks)
     table[ulinks] = np.arange(n_old_links)
@@ -76,13 +79,63 @@ def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np
     top = fastest[sub]
     np.maximum.at(top, sub_inv, y_ent)
     ok = (after >= cap * (1 - _TOL))[sub_inv] & (y_ent >= top[sub_inv] * (1 - _TOL))
-    held = np.zeros(n_new, dtype=bool)
-    held[local[ok]] = True
-    if not held.all():
+    held = np.full(n_new, -1, dtype=np.int64)
+    held[local[ok]] = idx[ok]
+    if (held < 0).any():
         return None
     return (np.concatenate([rate, y]), np.concatenate([entry_flow, local + len(rate)]),
             np.concatenate([ulinks, new_links]) if len(new_links) else ulinks,
-            np.concatenate([inv, idx]))
+            np.concatenate([inv, idx]), None if cert is None else np.concatenate([cert, held]))
 
 
-__all__ = ["extend"]
+def shrink(comp: Component, which: list[int]) -> tuple | None:
+    """The allocation of ``comp`` after flows of its slices ``which`` stopped (ended, or
+    parked at a step barrier), when it keeps every other rate; else None.
+
+    A flow keeps its rate when its bottleneck (``comp.cert``) is a link no stopped flow
+    crossed: that link stays saturated with nobody faster. Where no flow stopped (its flows
+    stepped on) the flows and so the rates are the same. None also when a flow of ``which``
+    started (a barrier released) or the bottlenecks are not known.
+
+    Returns ``(rate, entry_flow, ulinks, inv, cert, tol, slices)`` for the flows still active,
+    links no longer crossed dropped.
+    """
+    slices = comp.slices
+    keep = np.ones(len(comp.rate), dtype=bool)
+    for j in which:
+        tr, lo, hi, act = slices[j]
+        still = tr.active[act]
+        if int(still.sum()) != int(tr.active.sum()):
+            return None
+        keep[lo:hi] = still
+    cert = comp.cert
+    if keep.all():
+        return (comp.rate, comp.entry_flow, comp.ulinks, comp.inv, cert, comp.tol, slices)
+    if cert is None:
+        return None
+    ent_keep = keep[comp.entry_flow]
+    freed = np.zeros(len(comp.ulinks), dtype=bool)
+    freed[comp.inv[~ent_keep]] = True
+    kept_cert = cert[keep]
+    if (kept_cert < 0).any() or freed[kept_cert].any():
+        return None
+    entry_flow = (np.cumsum(keep) - 1)[comp.entry_flow[ent_keep]]
+    inv = comp.inv[ent_keep]
+    used = np.zeros(len(comp.ulinks), dtype=bool)
+    used[inv] = True
+    ulinks = comp.ulinks
+    if not used.all():
+        lmap = np.cumsum(used) - 1
+        inv, ulinks, kept_cert = lmap[inv], ulinks[used], lmap[kept_cert]
+    out, n, wset = [], 0, set(which)
+    for j, (tr, lo, hi, act) in enumerate(slices):
+        if j in wset:
+            act = act[keep[lo:hi]]
+            if len(act) == 0:
+                continue
+        out.append((tr, n, n + len(act), act))
+        n += len(act)
+    return comp.rate[keep], entry_flow, ulinks, inv, kept_cert, comp.tol[keep], out
+
+
+__all__ = ["extend", "shrink"]

@@ -29,9 +29,15 @@ def max_min_rates(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int,
 
 
 def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
-                   cap: np.ndarray) -> np.ndarray:
-    """Progressive filling with link indices already compacted to ``0..len(cap)-1``."""
+                   cap: np.ndarray, cert: np.ndarray | None = None) -> np.ndarray:
+    """Progressive filling with link indices already compacted to ``0..len(cap)-1``.
+
+    ``cert`` (int64, one per flow), if given, receives for every flow with links a link that
+    froze it: a link it saturated, on which no flow is faster (its bottleneck: of several,
+    the one of its first entry; -1 for flows without links)."""
     rate = np.full(n_flows, np.inf)
+    if cert is not None:
+        cert[:] = -1
     rem = cap.astype(float)
     n_links = len(cap)
     # the entries of flows not yet frozen, compacted after every level (a frozen flow's
@@ -45,7 +51,10 @@ def _max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
         level = share.min()
         bottleneck = used & (share <= level * (1 + 1e-12))
         newly = np.zeros(n_flows, dtype=bool)  # a mask, not np.unique: no sort per level
-        newly[ef[bottleneck[lk]]] = True
+        on_b = bottleneck[lk]
+        newly[ef[on_b]] = True
+        if cert is not None:  # (reversed: the flow's first such entry is written last)
+            cert[ef[on_b][::-1]] = lk[on_b][::-1]
         rate[newly] = level
         leaving = newly[ef]
         rem -= level * np.bincount(lk[leaving], minlength=n_links)

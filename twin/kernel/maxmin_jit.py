@@ -24,11 +24,12 @@ import numpy as np
 
 @numba.njit(cache=True, nogil=True)
 def compact_max_min(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int,
-                    capacity: np.ndarray, scratch: np.ndarray
+                    capacity: np.ndarray, scratch: np.ndarray, cert: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """``(rate, ulinks, inv)``: the links the entries cross (sorted, as ``np.unique``), each
     entry's index into them, and the max-min rates of ``_max_min_local(entry_flow, inv,
-    n_flows, capacity[ulinks])``, bytes/s.
+    n_flows, capacity[ulinks], cert)``, bytes/s (``cert``: each flow's bottleneck, an index
+    into ``ulinks``, written).
 
     ``scratch`` is an int64 array over every link of the network holding -1; it is used as
     the link -> local index table and left holding -1 again."""
@@ -65,7 +66,7 @@ def compact_max_min(entry_flow: np.ndarray, entry_link: np.ndarray, n_flows: int
     cap = np.empty(n_u)
     for j in range(n_u):
         cap[j] = capacity[ulinks[j]]
-    return max_min_local(entry_flow, inv, n_flows, cap), ulinks, inv
+    return max_min_local(entry_flow, inv, n_flows, cap, cert), ulinks, inv
 
 
 #: levels solved by scanning every live link and entry before :func:`max_min_local` turns
@@ -76,7 +77,7 @@ _SCAN_LEVELS = 12
 
 @numba.njit(cache=True, nogil=True)
 def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
-                  cap: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+                  cap: np.ndarray, cert: np.ndarray) -> np.ndarray:  # pragma: no cover
     """:func:`twin.kernel.maxmin._max_min_local`, level by level: the least share
     ``rem / count`` among links with live entries is the level, every link within ``1e-12``
     of it a bottleneck, its flows frozen at the level, and on every link they cross
@@ -84,10 +85,12 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
 
     The first ``_SCAN_LEVELS`` levels scan the live links and entries (compacted after each
     level, as the NumPy form does); a component with more distinct rates goes on with
-    :func:`_heap_levels`, which re-shares only the links a level touches."""
+    :func:`_heap_levels`, which re-shares only the links a level touches. ``cert`` receives
+    each flow's bottleneck link (-1 for flows without links), as in the NumPy form."""
     n_links = cap.size
     n_ent = local.size
     rate = np.full(n_flows, np.inf)
+    cert[:] = -1
     if n_ent == 0:
         return rate
     rem = cap.copy()
@@ -109,7 +112,7 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
     levels = 0
     while n_e > 0:
         if levels == _SCAN_LEVELS:
-            _heap_levels(ef[:n_e], lk[:n_e], n_flows, rem, cnt, rate, frozen)
+            _heap_levels(ef[:n_e], lk[:n_e], n_flows, rem, cnt, rate, frozen, cert)
             return rate
         levels += 1
         level = np.inf
@@ -128,6 +131,7 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
                 if not frozen[f]:
                     frozen[f] = True
                     rate[f] = level
+                    cert[f] = lk[e]
         w = 0
         for e in range(n_e):
             f = ef[e]
@@ -159,8 +163,8 @@ def max_min_local(entry_flow: np.ndarray, local: np.ndarray, n_flows: int,
 
 @numba.njit(cache=True, nogil=True)
 def _heap_levels(entry_flow: np.ndarray, local: np.ndarray, n_flows: int, rem: np.ndarray,
-                 cnt: np.ndarray, rate: np.ndarray,
-                 frozen: np.ndarray) -> None:  # pragma: no cover - compiled
+                 cnt: np.ndarray, rate: np.ndarray, frozen: np.ndarray,
+                 cert: np.ndarray) -> None:  # pragma: no cover - compiled
     """The remaining levels of :func:`max_min_local` from its state (the live entries,
     each link's ``rem`` and live ``cnt``, the rates and frozen flows so far), with a heap of
     the links' shares: only the links a level touches are re-shared (the others' ``rem /
@@ -194,6 +198,7 @@ def _heap_levels(entry_flow: np.ndarray, local: np.ndarray, n_flows: int, rem: n
     gone = np.zeros(n_links, dtype=np.int64)
     touched = np.empty(n_links, dtype=np.int64)
     bott = np.empty(n_links, dtype=np.int64)
+    is_b = np.zeros(n_links, dtype=np.bool_)
     while len(heap) > 0:
         level, j, v = heapq.heappop(heap)
         if v != ver[j] or cnt[j] == 0:
@@ -208,6 +213,8 @@ def _heap_levels(entry_flow: np.ndarray, local: np.ndarray, n_flows: int, rem: n
                 n_b += 1
         n_t = 0
         for b in range(n_b):
+            is_b[bott[b]] = True
+        for b in range(n_b):
             j = bott[b]
             for k in range(l_start[j], l_start[j + 1]):
                 f = entry_flow[l_ent[k]]
@@ -215,12 +222,18 @@ def _heap_levels(entry_flow: np.ndarray, local: np.ndarray, n_flows: int, rem: n
                     continue
                 frozen[f] = True
                 rate[f] = level
+                for m in range(f_cnt[f], f_cnt[f + 1]):  # its first entry on a bottleneck
+                    if is_b[local[f_ent[m]]]:
+                        cert[f] = local[f_ent[m]]
+                        break
                 for m in range(f_cnt[f], f_cnt[f + 1]):
                     lk = local[f_ent[m]]
                     if gone[lk] == 0:
                         touched[n_t] = lk
                         n_t += 1
                     gone[lk] += 1
+        for b in range(n_b):
+            is_b[bott[b]] = False
         for t in range(n_t):
             lk = touched[t]
             r = rem[lk] - level * gone[lk]

@@ -181,7 +181,7 @@ class Transfer:
 class Component:
     """Transfers connected through shared links, with their current allocation."""
 
-    __slots__ = ("buf", "busy", "due", "entry_flow", "fill", "gen", "inv", "last", "offs",
+    __slots__ = ("buf", "busy", "cert", "due", "entry_flow", "fill", "gen", "inv", "last", "offs",
                  "pos", "rate", "slices", "starts", "statics", "target", "tol", "transfers",
                  "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
@@ -203,6 +203,7 @@ class Component:
         # does not change): kept by twin.kernel.flows._step_targets_compiled
         self.statics: tuple | None = None
         self.busy = 0.0
+        self.cert: np.ndarray | None = None  # each flow's bottleneck (twin.kernel.joins)
         # the remaining bytes of its transfers in one array (see index)
         self.buf: np.ndarray | None = None
         self.fill = -1  # entries of buf in use (-1: buf is one transfer's own array)
