@@ -142,6 +142,22 @@ def engine_run(cap, transfers, cuts=()):
     return ends, net
 
 
+#: the tests below against ``fluid`` that other files run again with the engine configured
+#: otherwise (compiled allocations, rates kept through joins and departures)
+FLUID_CASES = [
+    "test_bulk_synchronous_steps_wait_for_the_slowest_flow",
+    "test_ring_steps_synchronise_under_rotating_contention",
+    "test_steps_with_a_cut_flow_wait_for_the_resend",
+    "test_contention_that_ends_mid_step_keeps_the_barrier",
+    "test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut",
+    "test_a_flow_that_ends_its_step_within_the_step_tolerance_releases_the_barrier",
+    "test_flows_of_different_sizes_with_equal_remaining_bytes_keep_the_barrier",
+    "test_equal_flows_that_drifted_apart_keep_the_barrier_when_rates_equalise",
+    "test_flows_in_step_wait_for_a_cut_flow_of_the_same_step",
+    "test_many_random_staggered_transfers",
+]
+
+
 # ----------------------------------------------------------------------------- max-min
 def test_water_fill_reference_on_a_textbook_case():
     """Bertsekas & Gallager's example shape: link 0 (cap 1) shared by 3 flows, link 1 (cap 10)

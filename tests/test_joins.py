@@ -155,16 +155,7 @@ def test_the_engine_keeping_rates_matches_the_fluid_reference(monkeypatch):
     assert total > 0
 
 
-@pytest.mark.parametrize("name", [
-    "test_bulk_synchronous_steps_wait_for_the_slowest_flow",
-    "test_ring_steps_synchronise_under_rotating_contention",
-    "test_steps_with_a_cut_flow_wait_for_the_resend",
-    "test_contention_that_ends_mid_step_keeps_the_barrier",
-    "test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut",
-    "test_a_flow_that_ends_its_step_within_the_step_tolerance_releases_the_barrier",
-    "test_flows_in_step_wait_for_a_cut_flow_of_the_same_step",
-    "test_many_random_staggered_transfers",
-])
+@pytest.mark.parametrize("name", ref.FLUID_CASES)
 @pytest.mark.parametrize("jit", [False, True])
 def test_keeping_rates_passes_the_fluid_reference_tests(name, jit, monkeypatch):
     """The reference file's step-barrier, cut-and-resume and random-workload tests (against
