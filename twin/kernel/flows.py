@@ -53,9 +53,8 @@ _FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
 _JIT_FLOWS = 24
 _JIT_AFTER = 20_000
 # components of at least this many (flow, link) entries keep their rates through joins and
-# departures where that is exact (twin.kernel.joins); on smaller ones the check costs about
-# what a solve does (GPT-3 175B jittered on 1024 devices: components of ~50 entries, ran
-# 25-50% slower checking every change)
+# departures where that is exact (twin.kernel.joins); on smaller ones (GPT-3 175B jittered on
+# 1024 devices: ~50 entries) the check's dozen array calls cost about what a solve does
 _KEEP_ENTRIES = 1024
 
 

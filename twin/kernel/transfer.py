@@ -200,7 +200,7 @@ class Component:
         self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
         self.target = None  # remaining bytes of each flow at its next step end (stepped only)
         # (ids of the stepped transfers, what the compiled step targets take of them that
-        # does not change): kept by twin.kernel.flows._step_targets_compiled
+        # does not change): kept by twin.kernel.steps.step_targets_compiled
         self.statics: tuple | None = None
         self.busy = 0.0
         self.cert: np.ndarray | None = None  # each flow's bottleneck (twin.kernel.joins)
