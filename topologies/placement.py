@@ -218,9 +218,9 @@ def _grid_order(topo: Topology, dp: int, pp: int, tp: int, lattice: bool = False
             orders = [_ids(topo, np.array(oo, dtype=np.int64)[:, None, :] * np.array(block)
                            + inner[None, :, :])
                       for oo in _outer_orders(outer)]
+        c = topo.coords
         for order in orders:
             edges = _ring_edges(order, dp, pp, tp, topo, lattice)
-            c = topo.coords
             src = np.concatenate([e[0] for e in edges.values()])
             dst = np.concatenate([e[1] for e in edges.values()])
             load, total = dor_link_load(dims, topo.wrap, c[src], c[dst])
@@ -387,10 +387,7 @@ def ring_orders(topo: Topology, groups: np.ndarray, lattice: bool = False) -> np
 
 def ring_order(topo: Topology, devices: np.ndarray, lattice: bool = False) -> np.ndarray:
     """Order one group of ``devices`` into a ring (:func:`ring_orders` of one row)."""
-    devices = np.asarray(devices, dtype=np.int64)
-    if len(devices) <= 2:
-        return devices
-    return ring_orders(topo, devices[None, :], lattice)[0]
+    return ring_orders(topo, np.asarray(devices, dtype=np.int64)[None, :], lattice)[0]
 
 
 def ring_hops(topo: Topology, ring: np.ndarray) -> np.ndarray:
