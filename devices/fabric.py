@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import simpy
 
 from devices.link import Link, LinkDown
+from devices.phase import MessageRecord, Phase, lockstep_ok, per_device
 from devices.replicas import ReplicaQuotient
 from devices.spec import LinkSpec
 from topologies.routing import NoRoute, Router
@@ -45,75 +44,6 @@ class _Abort:
 
 
 ABORT = _Abort()
-
-
-def _lockstep(steps: int, routes: list, total: np.ndarray) -> bool:
-    """Whether a phase's flows may go to the flow engine as one lock-step flow
-    (``Fabric.lockstep_rings``): a bulk-synchronous phase (``steps > 1``: the rounds of a
-    ring collective) of two or more flows of equal size, each with a route.
-
-    The lock-step flow crosses every link of every member's route, a link as many times as
-    members cross it, so max-min sharing gives all members one rate, the slowest member's (a
-    weighted flow: ``twin.kernel.maxmin`` counts a repeated link entry as one more user).
-    While the members' rates are equal (a ring alone, or rings in step) that is the per-step
-    model exactly; under contention that varies along the ring the per-step model lets the
-    faster members finish their chunk early and leave their links to others until the
-    slowest reaches the barrier (an event per step and ring). Cutting the steps finer moves
-    the per-step model to the lock-step one (GPT-3 175B, jitter 0.05, 4 microbatches, 1024
-    devices: iteration 1.7403 s with a barrier per chunk, 1.7790 / 1.7833 s with 16 / 64 per
-    chunk, lock-step 1.7853 s; ``tests/test_lockstep.py``). Used for every ring phase with
-    ``network.ring_model: lockstep``, and under the default ``step`` for tensor-parallel
-    rings as a fast-mode shortcut (``allow_lockstep``: a TP ring is small and mostly alone on
-    its links; 1024 devices: the same iteration time to 1e-14, 256: +0.13%)."""
-    if steps <= 1 or len(routes) < 2 or not all(len(r) for r in routes):
-        return False
-    return bool(total[0] > 0 and np.all(total == total[0]))
-
-
-def _per_device(devices: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct devices, bytes summed per device): safe for ``counter[d] += b``."""
-    uniq, inv = np.unique(devices, return_inverse=True)
-    return uniq, np.bincount(inv, weights=nbytes, minlength=len(uniq))
-
-
-@dataclass(frozen=True, eq=False)
-class Phase:
-    """``steps`` rounds; in each, ``src[i]`` sends ``nbytes[i]`` bytes to ``dst[i]``."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    nbytes: np.ndarray
-    steps: int = 1
-    #: per-step latency set by a communication library's protocol model (``workloads.nccl``)
-    #: in place of the links' sender overhead + hop latencies (None: the links'), s
-    step_latency_s: float | None = None
-    #: latency paid once per execution of the phase (the library's launch/base latency), s
-    base_latency_s: float = 0.0
-    #: hop latencies of the longest route the library's step latency already covers (routes
-    #: that grow longer, e.g. around a failed link, add the difference per step), s
-    hop_latency_ref_s: float = 0.0
-
-    @property
-    def total_bytes(self) -> float:
-        """Bytes delivered by the phase."""
-        return float(np.sum(self.nbytes)) * self.steps
-
-
-class MessageRecord(NamedTuple):
-    """What the fabric reports about one executed phase (one row of the ``messages`` table,
-    fields in column order)."""
-
-    t_start: float
-    t_end: float
-    name: str
-    owner: int
-    n_pairs: int
-    steps: int
-    bytes: float
-    max_hops: int
-    src: int
-    dst: int
-    plan: int = -1  # route plan (``Fabric.plan_links``); -1: routed around failures, no plan
 
 
 class Fabric:
@@ -181,6 +111,9 @@ class Fabric:
         self.stalls: list[tuple[float, float, int, int]] = []  # (t0, t1, src, dst) no route
         self._restored = env.event()  # fires (and is replaced) whenever an edge comes back
         self._steps: dict[int, int] = {}  # steps of each in-flight flow-model transfer
+        # in-flight lock-step transfers of run_phase: (member sources, destinations, [longest
+        # route's links]), to resend a cut ring (_resend)
+        self._members: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
         self.on_stall: Callable[[int, int], None] | None = None  # called on every NoRoute
         self._closed: dict[Phase, tuple] = {}  # see closed_form
         self.ports = hbm_ports and model == "flow"
@@ -204,7 +137,7 @@ class Fabric:
         self._unfolded: dict[int, list] = {}
         self._bundles: dict[int, tuple] = {}  # see _closed_bundle
         self._profiles: dict[tuple, tuple[float, bool, float]] = {}  # see profile
-        # a ring's flows as one lock-step flow (see _lockstep): every ring phase ("all":
+        # a ring's flows as one lock-step flow (devices.phase.lockstep_ok): every ring phase ("all":
         # network.ring_model lockstep), or the phases the caller allows (allow_lockstep: the
         # fast mode's TP rings without symmetry)
         self.lockstep_rings = bool(lockstep_rings) and model == "flow"
@@ -308,9 +241,9 @@ class Fabric:
         self.quotient = quotient
 
     def allow_lockstep(self, phases: list[Phase]) -> None:
-        """Let ``phases`` go to the flow engine as lock-step flows where :func:`_lockstep`
-        allows (only when the fabric was built with ``lockstep_rings``); before their first
-        use (plans are cached)."""
+        """Let ``phases`` go to the flow engine as lock-step flows where
+        :func:`~devices.phase.lockstep_ok` allows (only when the fabric was built with
+        ``lockstep_rings``); before their first use (plans are cached)."""
         if self.lockstep_rings:
             self._lockstep_ok.update(phases)
 
@@ -379,8 +312,8 @@ class Fabric:
             hops = max((len(r) for r in routes), default=0)
             key = None
             lockstep = False
-            sent = _per_device(src, total)
-            received = _per_device(dst, total)
+            sent = per_device(src, total)
+            received = per_device(dst, total)
             flow_routes, flow_total = self.with_ports(routes, src, dst), total
         self._sent[sent[0]] += sent[1]
         if self.model == "flow":
@@ -389,6 +322,8 @@ class Fabric:
                                      steps=1 if lockstep else phase.steps * self.substeps)
             self.lockstep_transfers += lockstep
             self._steps[tr.id] = phase.steps
+            if lockstep:  # a cut resends the ring whole, each member on its own route
+                self._members[tr.id] = (phase.src, phase.dst, [hops])
             try:
                 yield tr.done
             except simpy.Interrupt:
@@ -397,7 +332,10 @@ class Fabric:
                 raise
             finally:
                 self._steps.pop(tr.id, None)
-            if not lockstep:  # (a lock-step flow is never cut: its plan's hops hold)
+                members = self._members.pop(tr.id, None)
+            if members is not None:
+                hops = members[2][0]
+            else:
                 hops = max(hops, max((self._real(r) for r in tr.routes), default=0))
         else:
             box = [hops]
@@ -633,14 +571,14 @@ class Fabric:
         if self.quotient is not None:
             flow_routes, flow_total = self._reduce(phase, flow_routes, total)
         lockstep = ((self._lockstep_all or (phase in self._lockstep_ok and self.quotient is None))
-                    and not failed  # (on the quotient too: tests/test_replica_quotient.py)
-                    and _lockstep(phase.steps, flow_routes, flow_total))
+                    # (on the quotient too: tests/test_replica_quotient.py)
+                    and lockstep_ok(phase.steps, flow_routes, flow_total))
         if lockstep:
             flow_routes = [tuple(lk for r in flow_routes for lk in r)]
             flow_total = flow_total[:1]
         plan = (routes, alpha, hops,
-                per_pair, total, (self._plan_serial, failed), _per_device(phase.src, total),
-                _per_device(phase.dst, total), row, flow_routes, flow_total, lockstep)
+                per_pair, total, (self._plan_serial, failed), per_device(phase.src, total),
+                per_device(phase.dst, total), row, flow_routes, flow_total, lockstep)
         self._plans[phase] = (failed, plan)
         return plan
 
@@ -771,10 +709,29 @@ class Fabric:
         ev, self._restored = self._restored, self.env.event()
         ev.succeed()
 
+    def _resend_ring(self, tr: Transfer, members: tuple):
+        """:meth:`_resend` of a lock-step ring (its one flow crosses every member's route):
+        every member's route now (the cut ones detour), joined into one flow again; the
+        per-step latency becomes that of the longest route."""
+        src, dst, longest = members
+        routes = []
+        for a, b in zip(src.tolist(), dst.tolist(), strict=True):
+            routes.append((yield from self._route_wait(int(a), int(b))))
+        longest[0] = max(longest[0], max(len(r) for r in routes))
+        steps = self._steps.get(tr.id, 1)
+        alpha = max(self.step_latency(tuple(int(x) for x in r)) for r in routes)
+        tr.latency = max(tr.latency, alpha * steps)
+        joined = tuple(lk for r in self.with_ports(routes, src, dst) for lk in r)
+        self.flows.resume(tr, np.zeros(1, dtype=np.int64), [joined])
+
     def _resend(self, tr: Transfer, flows: np.ndarray):
         """Resend cut flows after the timeout on new routes; the transfer's per-step latency
         becomes that of its longest route now (a detour adds hops)."""
         yield self.env.timeout(self.timeout_s)
+        members = self._members.get(tr.id)
+        if members is not None:
+            yield from self._resend_ring(tr, members)
+            return
         n = self.topo.n_links
         src = self.topo.link_src[[tr.routes[int(i)][0] for i in flows]]
         dst = self.topo.link_dst[[tr.routes[int(i)][self._real(tr.routes[int(i)]) - 1]

@@ -3,7 +3,7 @@
 GPT-3 175B on 2D tori (the ``modes`` section's scenario: tp 8, pp 8) with compute jitter
 (cov 0.05, so every rank is simulated), few microbatches per replica so that the
 data-parallel all-reduce, whose rings cross the tensor-parallel groups' links, is a large part
-of the run: ``simulation.lockstep_rings`` true (the default, ``devices.fabric._lockstep``) and
+of the run: ``simulation.lockstep_rings`` true (the default, ``devices.phase.lockstep_ok``) and
 false (every ring flow by flow, step by step, as in exact mode). Prints CPU seconds, events,
 the speed-up and the relative difference of iteration time and energy (lock-step runs a
 ring at its slowest member's rate, so a difference is usually a positive one). Each run in

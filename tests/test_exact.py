@@ -16,14 +16,15 @@ from twin.runner import run
 from twin.scenario import load_scenario
 
 
-def _scenario(exact: bool, **workload) -> dict:
+def _scenario(exact: bool, rings: str = "auto", **workload) -> dict:
     w = {"model": "llama3.2-1b", "precision": "bf16", "seq_len": 1024, "global_batch": 16,
          "micro_batch": 1, "parallelism": {"dp": 2, "tp": 2, "pp": 4}, "iterations": 2}
     w.update(workload)
     return {"name": "exact-check", "seed": 3,
             "cluster": {"topology": {"kind": "torus2d", "shape": [4, 4]}, "device": "h100-sxm",
                         "link": "nvlink4", "links_per_edge": 4},
-            "workload": w, "simulation": {"exact": exact}, "trace": {"enabled": False}}
+            "workload": w, "simulation": {"exact": exact}, "network": {"ring_model": rings},
+            "trace": {"enabled": False}}
 
 
 CASES = {
@@ -35,13 +36,18 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("rings", ["step", "auto"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_fast_mode_agrees_with_exact_mode(case):
-    fast = run(load_scenario(_scenario(False, **CASES[case]))).summary
-    exact = run(load_scenario(_scenario(True, **CASES[case]))).summary
+def test_fast_mode_agrees_with_exact_mode(case, rings):
+    fast = run(load_scenario(_scenario(False, rings, **CASES[case]))).summary
+    exact = run(load_scenario(_scenario(True, rings, **CASES[case]))).summary
     assert fast["symmetry_used"] and "symmetry" in fast["shortcuts_used"]
     assert "chained_transfers" in fast["shortcuts_used"]
-    assert fast["lockstep_ring_transfers"] == 0  # with symmetry the rings stay per-flow
+    # the step model keeps its rings per flow under symmetry; auto is the lock-step model
+    assert fast["ring_model"] == exact["ring_model"] == ("step" if rings == "step"
+                                                         else "lockstep")
+    assert (fast["lockstep_ring_transfers"] > 0) == (rings == "auto")
+    assert (exact["lockstep_ring_transfers"] > 0) == (rings == "auto")
     assert exact["exact_mode"] and exact["shortcuts_used"] == []
     assert not exact["symmetry_used"] and exact["rank_classes"] == exact["devices"]
     assert exact["rank_classes"] > fast["rank_classes"]
@@ -52,12 +58,12 @@ def test_fast_mode_agrees_with_exact_mode(case):
 @pytest.mark.parametrize("case", ["1f1b", "interleaved"])
 def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     """Compute jitter: every rank draws its own durations, the same draws in both modes;
-    the fast mode chains transfers and sends tensor-parallel rings as lock-step flows
-    (``devices.fabric._lockstep``), the exact mode runs every flow of every ring step by
-    step in its own process."""
+    under the step ring model the fast mode chains transfers and sends tensor-parallel rings
+    as lock-step flows (``devices.phase.lockstep_ok``), the exact mode runs every flow of
+    every ring step by step in its own process."""
     runs = {}
     for exact in (False, True):
-        d = _scenario(exact, **CASES[case])
+        d = _scenario(exact, "step", **CASES[case])
         d["simulation"].update(compute_jitter_cov=0.05, tp_group_agents=False)
         runs[exact] = run(load_scenario(d)).summary
     fast, exact = runs[False], runs[True]
@@ -65,19 +71,20 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     assert fast["lockstep_ring_transfers"] > 0 == exact["lockstep_ring_transfers"]
     for key in ("iteration_time_s", "energy_j", "makespan_s"):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
-    d = _scenario(False, **CASES[case])
+    d = _scenario(False, "step", **CASES[case])
     d["simulation"].update(compute_jitter_cov=0.05, lockstep_rings=False, tp_group_agents=False)
     off = run(load_scenario(d)).summary
     assert off["lockstep_ring_transfers"] == 0 and "lockstep_rings" not in off["shortcuts_used"]
     assert off["iteration_time_s"] == pytest.approx(exact["iteration_time_s"], rel=5e-3)
     # nor with HBM ports (memory.transfer_cap under a contention model): each member's port
     # follows its own device's blocks, so the members' rates differ
-    d = _scenario(False, **CASES[case])
+    d = _scenario(False, **CASES[case])  # (ring_model auto: ports keep the step model)
     d["simulation"]["compute_jitter_cov"] = 0.05
     d["memory"] = {"model": "frfcfs"}
     d["overlap"] = {"tp_comm": True}
     capped = run(load_scenario(d)).summary
     assert capped["hbm_port_capped_s"] > 0 and capped["lockstep_ring_transfers"] == 0
+    assert capped["ring_model"] == "step"
 
 
 @pytest.mark.parametrize("power", [{}, {"communication_energy": True}])

@@ -263,7 +263,7 @@ def test_cancel_returns_the_undelivered_bytes():
 
 
 def test_a_flow_crossing_a_link_twice_takes_two_shares_of_it():
-    """A lock-step ring (``devices.fabric._lockstep``) is one flow listing a link once per
+    """A lock-step ring (``devices.phase.lockstep_ok``) is one flow listing a link once per
     member crossing it. Worked by hand: link 0 (10 B/s) crossed twice, link 1 (8 B/s) once
     and by a second flow: fair shares 10 / 2 = 5 and 8 / 2 = 4, so both flows freeze at 4
     B/s (the lock-step flow then uses 8 of link 0's 10); 40 B take 10 s, and the second

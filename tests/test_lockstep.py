@@ -3,8 +3,8 @@
 ``network.ring_model: step`` sends each member's chunk of a ring step as its own flow and holds
 every member at a barrier until the slowest has finished the step; ``ring_substeps`` cuts each
 chunk into that many barrier-synchronised parts (the model's discretization). ``lockstep``
-sends the ring as one flow whose members share one rate, the slowest's (``devices.fabric.
-_lockstep``). The reference here is the step model itself, refined: as its barriers get finer
+sends the ring as one flow whose members share one rate, the slowest's (``devices.phase.
+lockstep_ok``). The reference here is the step model itself, refined: as its barriers get finer
 its result must move towards the lock-step one (the fluid limit of a ring pipelined in small
 slices), which is the claim the ``lockstep`` model rests on.
 """
@@ -102,3 +102,85 @@ def test_ring_substeps_count_in_the_event_budget():
 
     assert events(16, 0.05) == pytest.approx(16 * events(1, 0.05))
     assert events(16, 0.0) == pytest.approx(events(1, 0.0))
+
+
+def test_ring_model_auto_is_lockstep_where_it_applies():
+    """The default (``auto``) runs rings lock-step in the flow model, and the step model
+    where lock-step does not apply (the packet model, HBM ports); the summary says which."""
+    d = _scenario("step")
+    del d["network"]["ring_model"], d["network"]["ring_substeps"]
+    assert load_scenario(d).network.ring_model == "auto"
+    assert load_scenario(d).rings == "lockstep"
+    d["memory"] = {"model": "frfcfs"}  # (transfer_cap on by default: HBM ports)
+    assert load_scenario(d).rings == "step"
+    d.pop("memory")
+    d["network"]["model"] = "packet"
+    assert load_scenario(d).rings == "step"
+
+
+def test_ring_substeps_need_the_step_model():
+    d = _scenario("lockstep", 4)
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(d)
+    assert "ring_substeps" in str(exc.value) and "ring_model: step" in str(exc.value)
+    del d["network"]["ring_model"]  # auto
+    with pytest.raises(ScenarioError):
+        load_scenario(d)
+
+
+@pytest.mark.parametrize("t_cut", [0.0, 2e-4])
+def test_a_cut_lockstep_ring_waits_the_timeout_and_goes_on_along_the_detour(t_cut):
+    """A 16-member ring all-reduce on a 4x4 torus as one lock-step flow; link 0 -> 1 (a ring
+    edge) fails at ``t_cut`` (0: before the ring starts, so its plan routes round it). Each
+    member has sent ``B t_cut`` of its ``S`` bytes; the whole ring waits the retransmission
+    timeout ``T`` (lock-step: no member runs ahead of the cut one) and then goes on with the
+    cut member on its detour; its members' rate is ``B / k``, ``k`` the most members on one
+    directed link of the new routes (counted here from the router's routes). Closed form:
+    ``t_cut + T + (S - B t_cut) k / B + steps x alpha(longest route)`` (the per-step latency
+    of the longest route, paid at the end as in the step model); bytes conserved, link bytes
+    ``16 B t_cut`` before the cut plus the rest once per link of the new routes."""
+    from collections import Counter
+
+    import numpy as np
+
+    from devices.fabric import Fabric
+    from devices.spec import LinkSpec
+    from topologies.graph import build_topology
+    from topologies.placement import device_order
+    from topologies.routing import Router
+    from twin.catalogs import catalog
+    from twin.kernel.engine import Engine
+    from workloads import collectives
+
+    link = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
+    env, timeout = Engine(), 1e-3
+    topo = build_topology("torus2d", (4, 4), link.name, 1)
+    fab = Fabric(env, topo, Router(topo), {link.name: link}, retransmit_timeout_s=timeout,
+                 lockstep_rings="all")
+    ring = device_order(topo)[None, :]
+    (phase,) = collectives.ring_allreduce(ring, 64e6)
+    pairs = list(zip(phase.src.tolist(), phase.dst.tolist(), strict=True))
+    assert (0, 1) in pairs or (1, 0) in pairs
+    B, S = link.bytes_per_s, phase.steps * float(phase.nbytes[0])
+    if t_cut == 0.0:
+        fab.fail_edge(0, 1)
+    else:
+        env.process((lambda: (yield env.timeout(t_cut)) or fab.fail_edge(0, 1))())
+    env.process(fab.run_phase(phase))
+    env.run()
+    routes = [fab.router.route(a, b) for a, b in pairs]
+    k = max(Counter(lk for r in routes for lk in r).values())
+    hops = max(len(r) for r in routes)
+    assert hops == 3 and fab.lockstep_transfers == 1
+    alpha = (link.overhead_us + hops * link.latency_us) * 1e-6
+    wait = timeout if t_cut > 0 else 0.0
+    rest = S - B * t_cut
+    assert env.now == pytest.approx(t_cut + wait + rest * k / B + phase.steps * alpha,
+                                    rel=1e-9)
+    assert fab.bytes_received.sum() == pytest.approx(16 * S) == fab.bytes_sent.sum()
+    links_after = sum(len(r) for r in routes)
+    assert fab.link_bytes.sum() == pytest.approx(16 * B * t_cut + links_after * rest,
+                                                 rel=1e-9)
+    assert fab.reroutes == (1 if t_cut > 0 else 0)
+    assert fab.retransmitted_bytes == pytest.approx(rest if t_cut > 0 else 0.0, rel=1e-9)
+    assert np.all(fab.bytes_dropped == 0)

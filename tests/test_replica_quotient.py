@@ -138,6 +138,7 @@ def _variant(name: str) -> dict:
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [8, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
         w["parallelism"] = {"dp": 4, "tp": 4, "pp": 4}
+        d["network"] = {"ring_model": "step"}  # (the default, auto, is lock-step here)
     elif name == "torus_lockstep":  # lock-step rings on the quotient (network.ring_model)
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [8, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
@@ -169,7 +170,10 @@ def test_a_quotient_run_is_the_run_with_every_flow(name, orbit):
     assert sq["replica_orbit"] == orbit
     assert ("replica_quotient" in sq["shortcuts_used"]) == (orbit > 1)
     assert sf["replica_orbit"] == 1 and "replica_quotient" not in sf["shortcuts_used"]
-    assert (sq["lockstep_ring_transfers"] > 0) == (name == "torus_lockstep")
+    # rings are lock-step by default (ring_model auto), step where asked or with HBM ports
+    assert sq["ring_model"] == sf["ring_model"] == ("step" if name in ("torus", "hbm_ports")
+                                                    else "lockstep")
+    assert (sq["lockstep_ring_transfers"] > 0) == (sq["ring_model"] == "lockstep")
     assert sq["lockstep_ring_transfers"] == sf["lockstep_ring_transfers"]
     for key in ("iteration_time_s", "energy_j", "router_energy_j", "link_bytes",
                 "max_link_utilization"):

@@ -106,18 +106,18 @@ def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
 
 
 def lockstep_ring_model(scen: Scenario) -> bool:
-    """Whether ``network.ring_model: lockstep`` applies: the flow model (checked by the
-    scenario), no faults that cut traffic (a cut member is re-routed on its own) and no HBM
-    ports (``transfers_capped``), in every mode, on the replica quotient too (a lock-step
-    flow of orbit representatives is the full network's rings, each lock-step)."""
-    return (scen.network.ring_model == "lockstep" and not interrupts_traffic(scen.faults)
-            and not transfers_capped(scen))
+    """Whether ring collectives run lock-step (``Scenario.rings``: ``network.ring_model``
+    ``lockstep``, or ``auto``, in the flow model without HBM ports), in every mode, on the
+    replica quotient too (a lock-step flow of orbit representatives is the full network's
+    rings, each lock-step). Faults that cut links resend a cut ring whole
+    (``devices.fabric``)."""
+    return scen.rings == "lockstep"
 
 
 def lockstep_tp_shortcut(scen: Scenario) -> bool:
-    """Whether tensor-parallel ring phases go lock-step as a fast-mode shortcut (under the
-    default ``ring_model: step``): chained transfers (fast mode, flow model, no faults) and
-    rank symmetry off (jitter, positions), where rings run out of step and the per-flow
+    """Whether tensor-parallel ring phases go lock-step as a fast-mode shortcut under the
+    step ring model (``Scenario.rings``): chained transfers (fast mode, flow model, no
+    faults) and rank symmetry off (jitter, positions), where rings run out of step and the per-flow
     model pays an event per ring step on components spanning the cluster; not with HBM
     ports (``transfers_capped``): each member's port is capped by its own device's blocks,
     so the members' rates differ whenever those differ, and lock-step would then change the

@@ -111,26 +111,32 @@ class NetworkSpec(StrictModel):
                                     "with that protocol's latency and bandwidth "
                                     "(workloads.nccl); links: the links' own overhead and "
                                     "latency per step, full bandwidth")
-    ring_model: Literal["step", "lockstep"] = Field(
-        default="step", description="step: the flows of a ring collective each send one "
+    ring_model: Literal["auto", "step", "lockstep"] = Field(
+        default="auto", description="step: the flows of a ring collective each send one "
         "chunk per step and wait at a barrier for the slowest (per-step barrier); lockstep: "
         "the members advance together at the slowest one's rate, the limit the step model "
         "reaches as its steps are cut finer (a ring pipelined in small slices, as NCCL sends "
-        "it), in every mode; flow model only, and not where link, NIC or accelerator "
-        "failures may cut a member or HBM ports cap transfers (those keep step)")
+        "it); flow model only, and not where HBM ports cap transfers (those keep step); "
+        "auto: lockstep where it applies, step elsewhere (the packet model, HBM ports); the "
+        "summary's ring_model says which ran")
     ring_substeps: int = Field(
         default=1, ge=1, le=64, description="barriers per ring chunk in the step model "
         "(flow model): each step's chunk is sent in this many barrier-synchronised parts, "
         "the step model's discretization; as it grows the step model approaches lockstep "
-        "(a convergence check, at the cost of an event per part and ring out of step)")
+        "(a convergence check, at the cost of an event per part and ring out of step); "
+        "needs ring_model: step")
 
     @model_validator(mode="after")
     def _lockstep_needs_flows(self) -> NetworkSpec:
-        if self.model != "flow" and (self.ring_model != "step" or self.ring_substeps != 1):
+        if self.model != "flow" and (self.ring_model == "lockstep" or self.ring_substeps != 1):
             raise ValueError("ring_model: lockstep and ring_substeps > 1 need model: flow (the "
                              "packet model sends every ring step as messages), got model: "
                              f"{self.model}, ring_model: {self.ring_model}, ring_substeps: "
                              f"{self.ring_substeps}")
+        if self.ring_substeps != 1 and self.ring_model != "step":
+            raise ValueError(f"ring_substeps: {self.ring_substeps} is the step model's "
+                             "barriers per chunk and needs ring_model: step, got ring_model: "
+                             f"{self.ring_model}")
         return self
 
     @property
@@ -153,8 +159,8 @@ class SimulationSpec(StrictModel):
                                    "run took")
     lockstep_rings: bool = Field(
         default=True, description="fast mode without rank symmetry, under network."
-        "ring_model step: tensor-parallel rings as one lock-step flow each (devices.fabric."
-        "_lockstep); false: flow by flow, step by step, as in exact mode (with ring_model "
+        "ring_model step: tensor-parallel rings as one lock-step flow each (devices.phase."
+        "lockstep_ok); false: flow by flow, step by step, as in exact mode (with ring_model "
         "lockstep every ring is lock-step in every mode)")
     optimistic_tp: bool = Field(
         default=True, description="fast mode without rank symmetry: an agent running ahead "
@@ -252,6 +258,17 @@ class Scenario(StrictModel):
                 and not self.data.enabled and not (ov.sm_contention or ov.tp_comm)
                 and self.workload.sharding.strategy == "none"
                 and self.power.thermal.inlet_gradient_k == 0)
+
+    @property
+    def rings(self) -> Literal["step", "lockstep"]:
+        """The ring model the run uses (``network.ring_model`` with ``auto`` resolved):
+        ``lockstep`` in the flow model unless HBM ports cap transfers (``memory.model`` not
+        roofline with ``memory.transfer_cap``: those keep the step model), else ``step``."""
+        net, mem = self.network, self.memory
+        ports = mem.model != "roofline" and mem.transfer_cap
+        if net.ring_model in ("auto", "lockstep") and net.model == "flow" and not ports:
+            return "lockstep"
+        return "step"
 
     @property
     def trace_path(self) -> Path:

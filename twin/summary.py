@@ -116,7 +116,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "retransmitted_bytes": float(fabric.retransmitted_bytes),
         "route_stalls": len(getattr(fabric, "stalls", ())),
         "network_model": scen.network.model,
-        "ring_model": scen.network.ring_model,
+        "ring_model": scen.rings,
         "symmetry_used": bool(model.symmetric),
         "exact_mode": bool(scen.simulation.exact),
         "shortcuts_used": [k for k, used in (
@@ -125,7 +125,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
             ("tp_optimistic", _optimistic(ex)[0] > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
             ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0
-             and scen.network.ring_model == "step"),  # (with lockstep it is the model)
+             and scen.rings == "step"),  # (with lockstep it is the model)
             ("tp_group_agents", model.layout.tp_groups),
             ("run_ahead", getattr(ex, "run_ahead_ops", 0) > 0)) if used],
         # flows of one replica per orbit on the quotient network (devices.replicas): the
@@ -133,7 +133,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         "replica_orbit": (fabric.quotient.order
                           if getattr(fabric, "quotient", None) is not None else 1),
         "replica_quotient_fallback": getattr(fabric, "quotient_fallback", None),
-        # ring phases sent as one lock-step flow each (devices.fabric._lockstep)
+        # ring phases sent as one lock-step flow each (devices.phase.lockstep_ok)
         "lockstep_ring_transfers": int(getattr(fabric, "lockstep_transfers", 0)),
         # tensor-parallel collectives costed in closed form (workloads.executor)
         "tp_closed_form_collectives": int(getattr(ex, "closed_form_collectives", 0)),

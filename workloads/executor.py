@@ -653,7 +653,7 @@ class Executor:
                                                    self.layout.topo)
             if self.layout.protocols == "nccl":
                 phases = nccl.tune_phases(algo, phases, nbytes, groups.shape[1], self.fabric)
-            if kind == "tp":  # (devices.fabric._lockstep: why not the other kinds)
+            if kind == "tp":  # (devices.phase.lockstep_ok: why not the other kinds)
                 self.fabric.allow_lockstep(phases)
             self._phase_cache[key] = phases
         return phases
