@@ -1,5 +1,8 @@
 """Lock-step tensor-parallel rings (fast mode without rank symmetry) on and off, side by side.
 
+(The shortcut of ``network.ring_model: step``; the default ring model runs every ring
+lock-step.)
+
 GPT-3 175B on 2D tori (the ``modes`` section's scenario: tp 8, pp 8) with compute jitter
 (cov 0.05, so every rank is simulated), few microbatches per replica so that the
 data-parallel all-reduce, whose rings cross the tensor-parallel groups' links, is a large part
@@ -32,6 +35,7 @@ def measure(devices: int, microbatches: int, lockstep: bool) -> dict:
     d = _gpt3(devices, 0.05)
     d["workload"]["global_batch"] = microbatches * d["workload"]["parallelism"]["dp"]
     d["simulation"]["lockstep_rings"] = lockstep
+    d["network"] = {"ring_model": "step"}  # (the shortcut belongs to the step ring model)
     d["simulation"]["limits"] = {"max_events": 10**9, "max_sim_time_s": 1e6}
     scen = load_scenario(d)
     c0 = time.process_time()

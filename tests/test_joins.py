@@ -18,14 +18,14 @@ def _entries(routes: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ef, el
 
 
-def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray):
+def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray, jit=None):
     """``extend`` of the component of ``old`` flows (rates from the reference) by ``new``."""
     rate = np.array(ref.water_fill(old, cap.tolist()))
     ef, el = _entries(old)
     ulinks, inv = np.unique(el, return_inverse=True)
     local, links = _entries(new)
     table = np.full(len(cap), -1, dtype=np.int64)
-    got = extend(rate, ef, ulinks, inv, None, local, links, len(new), cap, table)
+    got = extend(rate, ef, ulinks, inv, None, local, links, len(new), cap, table, jit)
     assert (table == -1).all()  # the scratch is left as it was
     return got
 
@@ -88,6 +88,20 @@ def test_extend_accepts_and_declines_in_the_random_cases():
             for s in range(60)} == {True, False}
 
 
+def test_extend_with_the_compiled_loads_is_the_same_to_the_bit():
+    """``maxmin_jit.crossed_loads`` adds the old entries' rates in the order ``np.add.at``
+    does: on every random case the same decision and the same arrays, bit for bit."""
+    from twin.kernel import maxmin_jit
+
+    for seed in range(60):
+        cap, old, new = _random_case(seed)
+        a, b = _extend(old, new, cap), _extend(old, new, cap, maxmin_jit)
+        assert (a is None) == (b is None)
+        if a is not None:
+            for x, y in zip(a[:4], b[:4], strict=True):
+                assert x.tolist() == y.tolist()
+
+
 def test_a_flow_crossing_a_link_twice_counts_twice():
     """A lock-step ring crosses a link once per member, and the engine counts each crossing
     as a user. Alone on link 1 (cap 10) such a flow gets 10 / 2 = 5 beside an old flow on
@@ -121,11 +135,15 @@ def _staggered(seed: int) -> list[dict]:
     return out
 
 
-def test_the_engine_keeping_rates_equals_every_change_solved(monkeypatch):
+@pytest.mark.parametrize("jit", [False, True])
+def test_the_engine_keeping_rates_equals_every_change_solved(monkeypatch, jit):
     """The same staggered workloads with ``keep_rates`` on and off: completion times, link
     bytes and busy seconds equal to rounding (rel 1e-12); some joins were extended and some
-    departures kept the other rates, each saving a solve."""
+    departures kept the other rates, each saving a solve (NumPy and compiled forms)."""
     monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)  # (these components are small)
+    if jit:
+        monkeypatch.setattr(flows, "_JIT_FLOWS", 0)
+        monkeypatch.setattr(flows, "_JIT_AFTER", -1)
     cap = [10.0, 4.0, 7.0, 25.0] * 4
     runs = {True: [], False: []}
     for on in (True, False):
@@ -166,3 +184,44 @@ def test_keeping_rates_passes_the_fluid_reference_tests(name, jit, monkeypatch):
         monkeypatch.setattr(flows, "_JIT_FLOWS", 0)
         monkeypatch.setattr(flows, "_JIT_AFTER", -1)
     getattr(ref, name)()
+
+
+def _shrink_by_hand(keep, entry_flow, inv, cert, n_links):
+    """Plain loops: the kept entries renumbered, or None when a kept flow's bottleneck is
+    unknown or was crossed by a stopped flow."""
+    freed = {int(inv[e]) for e in range(len(inv)) if not keep[entry_flow[e]]}
+    kept = [f for f in range(len(keep)) if keep[f]]
+    if any(cert[f] < 0 or int(cert[f]) in freed for f in kept):
+        return None
+    new_f = {f: i for i, f in enumerate(kept)}
+    ents = [(new_f[int(entry_flow[e])], int(inv[e])) for e in range(len(inv))
+            if keep[entry_flow[e]]]
+    links = sorted({lk for _f, lk in ents})
+    new_l = {lk: i for i, lk in enumerate(links)}
+    return ([f for f, _l in ents], [new_l[lk] for _f, lk in ents],
+            [lk in new_l for lk in range(n_links)], [new_l[int(cert[f])] for f in kept])
+
+
+def test_the_compiled_shrink_renumbers_as_plain_loops_do():
+    """``maxmin_jit.shrink_entries`` against plain Python loops on random components: the
+    same refusal, and otherwise the same renumbered flows, links and bottlenecks."""
+    from twin.kernel import maxmin_jit
+
+    rng = np.random.default_rng(5)
+    outcomes = set()
+    for _ in range(300):
+        n_flows, n_links = int(rng.integers(1, 12)), int(rng.integers(1, 10))
+        per = rng.integers(1, 5, n_flows)
+        entry_flow = np.repeat(np.arange(n_flows), per).astype(np.int64)
+        inv = rng.integers(0, n_links, len(entry_flow)).astype(np.int64)
+        cert = np.array([rng.choice(inv[entry_flow == f]) for f in range(n_flows)],
+                        dtype=np.int64)
+        cert[rng.random(n_flows) < 0.05] = -1
+        keep = rng.random(n_flows) < 0.7
+        want = _shrink_by_hand(keep, entry_flow, inv, cert, n_links)
+        ok, ef, iv, used, ce = maxmin_jit.shrink_entries(keep, entry_flow, inv, cert, n_links)
+        outcomes.add(ok)
+        assert ok == (want is not None)
+        if ok:
+            assert (ef.tolist(), iv.tolist(), used.tolist(), ce.tolist()) == want
+    assert outcomes == {True, False}

@@ -505,7 +505,8 @@ class FlowNetwork:
             return False
         act, local, links, tol = inc
         got = extend(comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, local,
-                     links, len(act), self.capacity, self._scratch)
+                     links, len(act), self.capacity, self._scratch,
+                     _compiled() if self._large > _JIT_AFTER else None)
         if got is None:
             return False
         comp.transfers[tr.id] = tr
@@ -731,7 +732,8 @@ class FlowNetwork:
         if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
             self._rebuild(comp)
         elif comp.transfers:
-            got = shrink(comp, which) if self.keep_rates else None
+            got = (shrink(comp, which, _compiled() if self._large > _JIT_AFTER else None)
+                   if self.keep_rates else None)
             if got is None:
                 self._allocate(comp)
             else:

@@ -37,7 +37,7 @@ _TOL = 1e-12
 
 def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np.ndarray,
            cert: np.ndarray | None, local: np.ndarray, links: np.ndarray, n_new: int,
-           capacity: np.ndarray, table: np.ndarray) -> tuple | None:
+           capacity: np.ndarray, table: np.ndarray, jit=None) -> tuple | None:
     """The component's allocation with ``n_new`` flows added, or None when the check fails.
 
     Args:
@@ -48,6 +48,8 @@ def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np
         n_new: number of new flows.
         capacity: bytes/s of every link of the network.
         table: int64 scratch over every link of the network holding -1 (left so).
+        jit: ``twin.kernel.maxmin_jit`` to sum the old entries' loads in one compiled pass
+            (``crossed_loads``: the same additions in the same order), or None for NumPy.
 
     Returns:
         ``(rate, entry_flow, ulinks, inv, cert)`` of the component with the new flows after
@@ -67,12 +69,15 @@ def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np
     sub, sub_inv = np.unique(idx, return_inverse=True)      # the links the new flows cross
     crossed = np.zeros(n_old_links + len(new_links), dtype=bool)
     crossed[sub] = True
-    mine = crossed[inv]                                     # old entries on those links
-    old_l, old_r = inv[mine], rate[entry_flow[mine]]
-    load = np.zeros(len(crossed))
-    np.add.at(load, old_l, old_r)
-    fastest = np.zeros(len(crossed))
-    np.maximum.at(fastest, old_l, old_r)
+    if jit is not None:
+        load, fastest = jit.crossed_loads(inv, entry_flow, rate, crossed)
+    else:
+        mine = crossed[inv]                                 # old entries on those links
+        old_l, old_r = inv[mine], rate[entry_flow[mine]]
+        load = np.zeros(len(crossed))
+        np.add.at(load, old_l, old_r)
+        fastest = np.zeros(len(crossed))
+        np.maximum.at(fastest, old_l, old_r)
     cap = capacity[np.concatenate([ulinks, new_links])[sub]]
     y = _max_min_local(local, sub_inv, n_new, np.maximum(cap - load[sub], 0.0))
     if not (np.isfinite(y).all() and (y > 0.0).all()):
@@ -91,7 +96,7 @@ def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np
             np.concatenate([inv, idx]), None if cert is None else np.concatenate([cert, held]))
 
 
-def shrink(comp: Component, which: list[int]) -> tuple | None:
+def shrink(comp: Component, which: list[int], jit=None) -> tuple | None:
     """The allocation of ``comp`` after flows of its slices ``which`` stopped (ended, or
     parked at a step barrier), when it keeps every other rate; else None.
 
@@ -101,7 +106,8 @@ def shrink(comp: Component, which: list[int]) -> tuple | None:
     started (a barrier released) or the bottlenecks are not known.
 
     Returns ``(rate, entry_flow, ulinks, inv, cert, tol, slices)`` for the flows still active,
-    links no longer crossed dropped.
+    links no longer crossed dropped. ``jit``: ``twin.kernel.maxmin_jit`` to do the array work
+    in one compiled call (``shrink_entries``: the same integers), or None for NumPy.
     """
     slices = comp.slices
     keep = np.ones(len(comp.rate), dtype=bool)
@@ -116,6 +122,16 @@ def shrink(comp: Component, which: list[int]) -> tuple | None:
         return (comp.rate, comp.entry_flow, comp.ulinks, comp.inv, cert, comp.tol, slices)
     if cert is None:
         return None
+    ulinks = comp.ulinks
+    if jit is not None:
+        ok, entry_flow, inv, used, kept_cert = jit.shrink_entries(keep, comp.entry_flow,
+                                                                  comp.inv, cert, len(ulinks))
+        if not ok:
+            return None
+        if not used.all():
+            ulinks = ulinks[used]
+        return (comp.rate[keep], entry_flow, ulinks, inv, kept_cert, comp.tol[keep],
+                _kept_slices(slices, which, keep))
     ent_keep = keep[comp.entry_flow]
     freed = np.zeros(len(comp.ulinks), dtype=bool)
     freed[comp.inv[~ent_keep]] = True
@@ -124,12 +140,17 @@ def shrink(comp: Component, which: list[int]) -> tuple | None:
         return None
     entry_flow = (np.cumsum(keep) - 1)[comp.entry_flow[ent_keep]]
     inv = comp.inv[ent_keep]
-    used = np.zeros(len(comp.ulinks), dtype=bool)
+    used = np.zeros(len(ulinks), dtype=bool)
     used[inv] = True
-    ulinks = comp.ulinks
     if not used.all():
         lmap = np.cumsum(used) - 1
         inv, ulinks, kept_cert = lmap[inv], ulinks[used], lmap[kept_cert]
+    return (comp.rate[keep], entry_flow, ulinks, inv, kept_cert, comp.tol[keep],
+            _kept_slices(slices, which, keep))
+
+
+def _kept_slices(slices: list, which: list[int], keep: np.ndarray) -> list:
+    """The component's slices with the stopped flows of slices ``which`` taken out."""
     out, n, wset = [], 0, set(which)
     for j, (tr, lo, hi, act) in enumerate(slices):
         if j in wset:
@@ -138,7 +159,7 @@ def shrink(comp: Component, which: list[int]) -> tuple | None:
                 continue
         out.append((tr, n, n + len(act), act))
         n += len(act)
-    return comp.rate[keep], entry_flow, ulinks, inv, kept_cert, comp.tol[keep], out
+    return out
 
 
 __all__ = ["extend", "shrink"]
