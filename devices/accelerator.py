@@ -246,11 +246,13 @@ class Accelerator:
         self.rng = rng
         self._jitter_buf: list[float] = []   # pre-drawn duration factors (see _jitter)
         self._jitter_i = 0
-        # a TP group as one agent: its members' streams, pre-drawn factors (member x draw) and
-        # how far each member is behind the group's clock (s; 0 after a sync)
+        # a TP group as one agent: its members' streams, pre-drawn factors (per draw: the
+        # members' factors, their max and mean) and how far each member is behind the group's
+        # clock, s (see _group_span: () after a sync, a block's (span, dur, factors) until
+        # another block needs the values)
         self._members = member_rngs if jitter_sigma > 0 and member_rngs else None
-        self._member_buf: list[list[float]] = []  # [draw][member]
-        self._lags = [0.0] * len(member_rngs) if self._members else None
+        self._member_buf: list[tuple[list[float], float, float]] = []
+        self._lags: list[float] | tuple | None = () if self._members else None
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
@@ -332,26 +334,42 @@ class Accelerator:
         """``(span, mean busy)`` of a block of duration ``dur`` (s) on a TP-group agent:
         member ``j`` runs ``dur * f_j`` (its own stream's next factor, as :meth:`_jitter`
         draws it) from ``lag_j`` before the group's clock; the clock moves to the last
-        member's end, and every member's lag to how far it is then behind it."""
+        member's end, and every member's lag to how far it is then behind it. The mean busy
+        time is ``dur`` times the factors' mean.
+
+        Most blocks start with the members in step (a collective or a send came before):
+        then the span is ``dur`` times the largest factor (rounding is monotone, so that is
+        the largest ``dur * f_j`` to the bit) and the lags are kept as ``(span, dur,
+        factors)``, worked out only if another block follows before the members meet."""
         i = self._jitter_i
         if i >= len(self._member_buf):
             s = self.jitter_sigma
-            self._member_buf = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK)
-                                         for g in self._members], axis=1).tolist()
+            f = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK) for g in self._members],
+                         axis=1)
+            self._member_buf = list(zip(f.tolist(), f.max(axis=1).tolist(),
+                                        f.mean(axis=1).tolist(), strict=True))
             i = 0
         self._jitter_i = i + 1
-        # (plain floats: a handful of members, where NumPy's per-call cost dominates)
-        d = [dur * f for f in self._member_buf[i]]
+        row, f_max, f_mean = self._member_buf[i]
         lags = self._lags
+        if not lags:  # in step
+            span = dur * f_max
+            self._lags = (span, dur, row)
+            return span, dur * f_mean
+        if type(lags) is tuple:  # the lags the previous block left
+            last, d0, r0 = lags
+            lags = [last - d0 * f for f in r0]
+        # (plain floats: a handful of members, where NumPy's per-call cost dominates)
+        d = [dur * f for f in row]
         span = max([x - lag for x, lag in zip(d, lags, strict=True)])
         self._lags = [lag + span - x for x, lag in zip(d, lags, strict=True)]
-        return span, sum(d) / len(d)
+        return span, dur * f_mean
 
     def sync(self) -> None:
         """The members of a TP-group agent meet (a collective, a wait, a send): none is
         behind the group's clock any more. Nothing to do for a one-rank agent."""
         if self._lags is not None:
-            self._lags = [0.0] * len(self._lags)
+            self._lags = ()
 
     def checkpoint(self) -> tuple:
         """Everything :meth:`run_at`, :meth:`sync`, :meth:`communication` and the idle

@@ -8,7 +8,9 @@ which every pair ``src[i] -> dst[i]`` sends ``nbytes[i]`` (a ring all-reduce is 
   pair in the flow engine (max-min fair link sharing; no pair starts a step before all pairs
   finished the previous one, as in the packet model) plus ``steps`` times the per-step latency
   (sender overhead + the route's hop latencies). Uncontended, this is exactly the alpha-beta
-  cost.
+  cost. A ring phase may instead go as one lock-step flow whose members share the slowest
+  one's rate (``lockstep_rings``; ``devices.phase.lockstep_ok``): the default ring model
+  (``network.ring_model``), the step barrier's fluid limit.
 * ``packet`` - each step sends real messages cut into packets that queue FIFO at every
   directed :class:`~devices.link.Link` (store-and-forward per packet, pipelined).
 
