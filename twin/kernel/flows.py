@@ -518,23 +518,28 @@ class FlowNetwork:
                           [*comp.slices, (tr, n, n + len(act), act)]), tr)
         return True
 
-    def _keep(self, comp: Component, got: tuple, added: Transfer | None = None) -> None:
+    def _keep(self, comp: Component, got: tuple, added: Transfer | None = None,
+              kept: np.ndarray | None = None) -> None:
         """Install ``(rate, entry_flow, ulinks, inv, cert, tol, slices)`` kept from the
-        component's allocation (``twin.kernel.joins``) and schedule it."""
-        self._flush_busy(comp)  # (the busy time so far is on the links before the change)
+        component's allocation (``twin.kernel.joins``) and schedule it. ``added``: a
+        transfer appended to the slices (a join); ``kept``: which flows stayed (a departure).
+
+        The busy time so far goes to the links before the change, unless they stay the same
+        (the same ``ulinks``): then it keeps accumulating for them."""
+        if got[2] is not comp.ulinks:
+            self._flush_busy(comp)
         comp.gen += 1
         comp.last = self.env.now
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, tol, comp.slices = got
-        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added)
+        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added, kept)
 
     def _schedule(self, comp: Component, tol: np.ndarray, use_jit: bool,
-                  added: Transfer | None = None) -> float:
+                  added: Transfer | None = None, kept: np.ndarray | None = None) -> float:
         """With the component's rates set: its flows' remaining bytes, done tolerances
         ``tol`` and step targets, the flows due first; arms its timer. Returns the time to
-        it, s. ``added``: the transfer whose flows were appended to the slices since the
-        last allocation, when nothing else changed (:meth:`_extend`)."""
+        it, s. ``added``, ``kept``: see :meth:`Component.index`."""
         rate = comp.rate
-        comp.index(added)
+        comp.index(added, kept)
         comp.tol = tol
         comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
                                   count=len(comp.slices))
@@ -738,7 +743,7 @@ class FlowNetwork:
                 self._allocate(comp)
             else:
                 self.shrinks += 1
-                self._keep(comp, got)
+                self._keep(comp, got[:7], kept=got[7])
         else:
             self._rebuild(comp)
 

@@ -105,9 +105,11 @@ def shrink(comp: Component, which: list[int], jit=None) -> tuple | None:
     stepped on) the flows and so the rates are the same. None also when a flow of ``which``
     started (a barrier released) or the bottlenecks are not known.
 
-    Returns ``(rate, entry_flow, ulinks, inv, cert, tol, slices)`` for the flows still active,
-    links no longer crossed dropped. ``jit``: ``twin.kernel.maxmin_jit`` to do the array work
-    in one compiled call (``shrink_entries``: the same integers), or None for NumPy.
+    Returns ``(rate, entry_flow, ulinks, inv, cert, tol, slices, keep)`` for the flows still
+    active, links no longer crossed dropped (``ulinks`` the same object when none is), and
+    ``keep``: which of the component's flows stay. ``jit``: ``twin.kernel.maxmin_jit`` to do
+    the array work in one compiled call (``shrink_entries``: the same integers), or None for
+    NumPy.
     """
     slices = comp.slices
     keep = np.ones(len(comp.rate), dtype=bool)
@@ -119,7 +121,7 @@ def shrink(comp: Component, which: list[int], jit=None) -> tuple | None:
         keep[lo:hi] = still
     cert = comp.cert
     if keep.all():
-        return (comp.rate, comp.entry_flow, comp.ulinks, comp.inv, cert, comp.tol, slices)
+        return (comp.rate, comp.entry_flow, comp.ulinks, comp.inv, cert, comp.tol, slices, keep)
     if cert is None:
         return None
     ulinks = comp.ulinks
@@ -131,7 +133,7 @@ def shrink(comp: Component, which: list[int], jit=None) -> tuple | None:
         if not used.all():
             ulinks = ulinks[used]
         return (comp.rate[keep], entry_flow, ulinks, inv, kept_cert, comp.tol[keep],
-                _kept_slices(slices, which, keep))
+                _kept_slices(slices, which, keep), keep)
     ent_keep = keep[comp.entry_flow]
     freed = np.zeros(len(comp.ulinks), dtype=bool)
     freed[comp.inv[~ent_keep]] = True
@@ -146,7 +148,7 @@ def shrink(comp: Component, which: list[int], jit=None) -> tuple | None:
         lmap = np.cumsum(used) - 1
         inv, ulinks, kept_cert = lmap[inv], ulinks[used], lmap[kept_cert]
     return (comp.rate[keep], entry_flow, ulinks, inv, kept_cert, comp.tol[keep],
-            _kept_slices(slices, which, keep))
+            _kept_slices(slices, which, keep), keep)
 
 
 def _kept_slices(slices: list, which: list[int], keep: np.ndarray) -> list:

@@ -210,7 +210,7 @@ class Component:
         self.offs: dict[int, int] = {}
         self.pos = np.empty(0, dtype=np.int64)
 
-    def index(self, added: Transfer | None = None) -> None:
+    def index(self, added: Transfer | None = None, kept: np.ndarray | None = None) -> None:
         """Keep the remaining bytes of the active flows of ``slices`` in one array, so that
         draining them (``FlowNetwork._advance_comp``) and reading them is one array
         operation, not one per transfer: ``buf[pos]`` in slice order.
@@ -220,11 +220,16 @@ class Component:
         copied there once (the same numbers, stored together) and every later write to a
         transfer's ``remaining`` lands in ``buf``. ``buf`` has room to spare, so a transfer
         ``added`` to the slices since the last call (nothing else changed) is placed in it
-        without moving the others; a transfer not in ``buf`` otherwise moves all."""
+        without moving the others; a transfer not in ``buf`` otherwise moves all. ``kept``:
+        which of the active flows of the last call are still active, when flows only stopped
+        since (a departure: their order is kept, so ``pos`` is the kept part of the last)."""
         slices = self.slices
         if len(slices) == 1:
             tr, _lo, _hi, act = slices[0]
             self.buf, self.pos, self.fill = tr.remaining, act, -1
+            return
+        if kept is not None and self.fill >= 0:
+            self.pos = self.pos[kept]
             return
         buf = self.buf
         if added is not None and self.fill >= 0:
