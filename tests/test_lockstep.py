@@ -118,6 +118,18 @@ def test_ring_model_auto_is_lockstep_where_it_applies():
     assert load_scenario(d).rings == "step"
 
 
+def test_explicit_lockstep_with_hbm_ports_is_refused():
+    """``lockstep`` asked for where it does not run (HBM ports) is an error naming the field,
+    not a silent step model; ``auto`` there runs step."""
+    d = _scenario("lockstep")
+    d["memory"] = {"model": "frfcfs"}
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(d)
+    assert "network.ring_model" in str(exc.value) and "transfer_cap" in str(exc.value)
+    d["memory"]["transfer_cap"] = False
+    assert load_scenario(d).rings == "lockstep"
+
+
 def test_ring_substeps_need_the_step_model():
     d = _scenario("lockstep", 4)
     with pytest.raises(ScenarioError) as exc:

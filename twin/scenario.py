@@ -508,6 +508,11 @@ def check_consistency(scen: Scenario) -> list[Problem]:
 
     problems.extend(check_power(scen.power, dev, par.pp))
     problems.extend(_check_inlet(scen))
+    if scen.network.ring_model == "lockstep" and scen.rings != "lockstep":
+        problems.append(Problem(
+            "network.ring_model", f"lockstep rings do not run with HBM ports (memory.model "
+            f"{scen.memory.model} with memory.transfer_cap: each member's port follows its own "
+            "device)", "lockstep", "auto or step, or memory.transfer_cap: false"))
     problems.extend(scen.memory.problems(dev))
     problems.extend(scen.data.problems())
     topo_problems = _check_topology(scen)
