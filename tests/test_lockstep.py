@@ -196,3 +196,57 @@ def test_a_cut_lockstep_ring_waits_the_timeout_and_goes_on_along_the_detour(t_cu
     assert fab.reroutes == (1 if t_cut > 0 else 0)
     assert fab.retransmitted_bytes == pytest.approx(rest if t_cut > 0 else 0.0, rel=1e-9)
     assert np.all(fab.bytes_dropped == 0)
+
+
+def _torus_fabric(lockstep: bool | str = "all"):
+    from devices.fabric import Fabric
+    from devices.spec import LinkSpec
+    from topologies.graph import build_topology
+    from topologies.routing import Router
+    from twin.catalogs import catalog
+    from twin.kernel.engine import Engine
+
+    link = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
+    env = Engine()
+    topo = build_topology("torus2d", (4, 4), link.name, 1)
+    return env, Fabric(env, topo, Router(topo), {link.name: link}, lockstep_rings=lockstep), link
+
+
+def test_a_phase_of_unequal_members_is_not_sent_lock_step():
+    """Two pairs on their own links, ``S`` and ``2S`` bytes per step, 2 steps: a ring of
+    unequal chunks is not one lock-step flow. Per step the barrier waits for the larger
+    chunk: end ``2 x (2S / B + alpha)``, and each link carries its own pair's bytes."""
+    import numpy as np
+
+    from devices.fabric import Phase
+
+    env, fab, link = _torus_fabric()
+    r01, r23 = fab.router.route(0, 1), fab.router.route(2, 3)
+    assert len(r01) == len(r23) == 1 and r01 != r23
+    S, B = 8e6, link.bytes_per_s
+    env.process(fab.run_phase(Phase(np.array([0, 2]), np.array([1, 3]),
+                                    np.array([S, 2 * S]), steps=2)))
+    env.run()
+    alpha = (link.overhead_us + link.latency_us) * 1e-6
+    assert env.now == pytest.approx(2 * (2 * S / B + alpha), rel=1e-9)
+    assert fab.link_bytes[r01[0]] == pytest.approx(2 * S)
+    assert fab.link_bytes[r23[0]] == pytest.approx(4 * S)
+    assert fab.lockstep_transfers == 0
+
+
+def test_a_one_step_phase_is_not_coupled_lock_step():
+    """One step of two equal pairs is not a ring: its members are not held to each other's
+    rate. Beside a background send on link 0 -> 1 the pair 0 -> 1 runs at ``B / 2`` while
+    2 -> 3 runs alone at ``B``, so link 2 -> 3 is busy ``S / B``, not ``2S / B``."""
+    import numpy as np
+
+    from devices.fabric import Phase
+
+    env, fab, link = _torus_fabric()
+    S, B = 8e6, link.bytes_per_s
+    env.process(fab.run_phase(Phase(np.array([0, 2]), np.array([1, 3]), np.array([S, S]))))
+    env.process(fab.run_phase(Phase(np.array([0]), np.array([1]), np.array([S]))))
+    env.run()
+    (r23,) = fab.router.route(2, 3)
+    assert fab.link_busy_s[r23] == pytest.approx(S / B, rel=1e-9)
+    assert fab.lockstep_transfers == 0
