@@ -155,21 +155,12 @@ def test_a_cut_lockstep_ring_waits_the_timeout_and_goes_on_along_the_detour(t_cu
 
     import numpy as np
 
-    from devices.fabric import Fabric
-    from devices.spec import LinkSpec
-    from topologies.graph import build_topology
     from topologies.placement import device_order
-    from topologies.routing import Router
-    from twin.catalogs import catalog
-    from twin.kernel.engine import Engine
     from workloads import collectives
 
-    link = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
-    env, timeout = Engine(), 1e-3
-    topo = build_topology("torus2d", (4, 4), link.name, 1)
-    fab = Fabric(env, topo, Router(topo), {link.name: link}, retransmit_timeout_s=timeout,
-                 lockstep_rings="all")
-    ring = device_order(topo)[None, :]
+    timeout = 1e-3
+    env, fab, link = _torus_fabric(timeout=timeout)
+    ring = device_order(fab.topo)[None, :]
     (phase,) = collectives.ring_allreduce(ring, 64e6)
     pairs = list(zip(phase.src.tolist(), phase.dst.tolist(), strict=True))
     assert (0, 1) in pairs or (1, 0) in pairs
@@ -198,7 +189,8 @@ def test_a_cut_lockstep_ring_waits_the_timeout_and_goes_on_along_the_detour(t_cu
     assert np.all(fab.bytes_dropped == 0)
 
 
-def _torus_fabric(lockstep: bool | str = "all"):
+def _torus_fabric(lockstep: bool | str = "all", timeout: float = 1e-3):
+    """A 4x4 NVLink torus fabric, lock-step rings on (``"all"``), engine and link spec."""
     from devices.fabric import Fabric
     from devices.spec import LinkSpec
     from topologies.graph import build_topology
@@ -209,7 +201,8 @@ def _torus_fabric(lockstep: bool | str = "all"):
     link = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
     env = Engine()
     topo = build_topology("torus2d", (4, 4), link.name, 1)
-    return env, Fabric(env, topo, Router(topo), {link.name: link}, lockstep_rings=lockstep), link
+    return env, Fabric(env, topo, Router(topo), {link.name: link}, retransmit_timeout_s=timeout,
+                       lockstep_rings=lockstep), link
 
 
 def test_a_phase_of_unequal_members_is_not_sent_lock_step():
