@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from types import ModuleType
 
 import numpy as np
 import simpy
@@ -505,8 +506,7 @@ class FlowNetwork:
             return False
         act, local, links, tol = inc
         got = extend(comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, local,
-                     links, len(act), self.capacity, self._scratch,
-                     _compiled() if self._large > _JIT_AFTER else None)
+                     links, len(act), self.capacity, self._scratch, self._jit())
         if got is None:
             return False
         comp.transfers[tr.id] = tr
@@ -567,6 +567,11 @@ class FlowNetwork:
         comp.due = ttf <= dt * (1 + 1e-9) + 1e-15
         self._arm(comp, dt)
         return dt
+
+    def _jit(self) -> ModuleType | None:
+        """``twin.kernel.maxmin_jit`` once the run has made ``_JIT_AFTER`` large allocations
+        (the rate-keeping checks' passes then take their compiled forms), else None."""
+        return _compiled() if self._large > _JIT_AFTER else None
 
     def _compiled_pays(self, n: int) -> bool:
         """Whether an allocation of ``n`` flows takes the compiled forms (``_JIT_FLOWS``,
@@ -737,8 +742,7 @@ class FlowNetwork:
         if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
             self._rebuild(comp)
         elif comp.transfers:
-            got = (shrink(comp, which, _compiled() if self._large > _JIT_AFTER else None)
-                   if self.keep_rates else None)
+            got = shrink(comp, which, self._jit()) if self.keep_rates else None
             if got is None:
                 self._allocate(comp)
             else:

@@ -25,6 +25,8 @@ Kernel: links are array indices with capacities, nothing of GPUs.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from twin.kernel.maxmin import _max_min_local
@@ -37,7 +39,8 @@ _TOL = 1e-12
 
 def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np.ndarray,
            cert: np.ndarray | None, local: np.ndarray, links: np.ndarray, n_new: int,
-           capacity: np.ndarray, table: np.ndarray, jit=None) -> tuple | None:
+           capacity: np.ndarray, table: np.ndarray, jit: ModuleType | None = None
+           ) -> tuple | None:
     """The component's allocation with ``n_new`` flows added, or None when the check fails.
 
     Args:
@@ -96,7 +99,7 @@ def extend(rate: np.ndarray, entry_flow: np.ndarray, ulinks: np.ndarray, inv: np
             np.concatenate([inv, idx]), None if cert is None else np.concatenate([cert, held]))
 
 
-def shrink(comp: Component, which: list[int], jit=None) -> tuple | None:
+def shrink(comp: Component, which: list[int], jit: ModuleType | None = None) -> tuple | None:
     """The allocation of ``comp`` after flows of its slices ``which`` stopped (ended, or
     parked at a step barrier), when it keeps every other rate; else None.
 
