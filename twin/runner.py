@@ -259,10 +259,8 @@ def _h2d_bytes_per_s(scen: Scenario) -> float:
 
 
 def transfers_capped(scen: Scenario) -> bool:
-    """Whether transfers pay for HBM contention (``memory.transfer_cap`` with a controller
-    model; the fabric's HBM ports exist in the flow model only)."""
-    return (scen.memory.model != "roofline" and scen.memory.transfer_cap
-            and scen.network.model == "flow")
+    """Whether transfers pay for HBM contention (``Scenario.transfers_capped``)."""
+    return scen.transfers_capped
 
 
 def device_streams(scen: Scenario, model: Model, env, accelerators: list[Accelerator],

@@ -260,13 +260,20 @@ class Scenario(StrictModel):
                 and self.power.thermal.inlet_gradient_k == 0)
 
     @property
+    def transfers_capped(self) -> bool:
+        """Whether transfers pay for HBM contention: ``memory.transfer_cap`` with a controller
+        model; the fabric's HBM ports exist in the flow model only."""
+        mem = self.memory
+        return mem.model != "roofline" and mem.transfer_cap and self.network.model == "flow"
+
+    @property
     def rings(self) -> Literal["step", "lockstep"]:
         """The ring model the run uses (``network.ring_model`` with ``auto`` resolved):
-        ``lockstep`` in the flow model unless HBM ports cap transfers (``memory.model`` not
-        roofline with ``memory.transfer_cap``: those keep the step model), else ``step``."""
-        net, mem = self.network, self.memory
-        ports = mem.model != "roofline" and mem.transfer_cap
-        if net.ring_model in ("auto", "lockstep") and net.model == "flow" and not ports:
+        ``lockstep`` in the flow model unless HBM ports cap transfers
+        (:attr:`transfers_capped`: those keep the step model), else ``step``."""
+        net = self.network
+        if (net.ring_model in ("auto", "lockstep") and net.model == "flow"
+                and not self.transfers_capped):
             return "lockstep"
         return "step"
 
