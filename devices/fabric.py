@@ -139,9 +139,9 @@ class Fabric:
         self._unfolded: dict[int, list] = {}
         self._bundles: dict[int, tuple] = {}  # see _closed_bundle
         self._profiles: dict[tuple, tuple[float, bool, float]] = {}  # see profile
-        # a ring's flows as one lock-step flow (devices.phase.lockstep_ok): every ring phase ("all":
-        # network.ring_model lockstep), or the phases the caller allows (allow_lockstep: the
-        # fast mode's TP rings without symmetry)
+        # a ring's flows as one lock-step flow (devices.phase.lockstep_ok): every ring phase
+        # ("all": the lock-step ring model, Scenario.rings), or the phases the caller allows
+        # (allow_lockstep: the step model's fast-mode TP rings without symmetry)
         self.lockstep_rings = bool(lockstep_rings) and model == "flow"
         self._lockstep_all = self.lockstep_rings and lockstep_rings == "all"
         self._lockstep_ok: set[Phase] = set()

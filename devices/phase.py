@@ -27,10 +27,10 @@ def lockstep_ok(steps: int, routes: list, total: np.ndarray) -> bool:
     slowest reaches the barrier (an event per step and ring). Cutting the steps finer moves
     the per-step model to the lock-step one (GPT-3 175B, jitter 0.05, 4 microbatches, 1024
     devices: iteration 1.7403 s with a barrier per chunk, 1.7790 / 1.7833 s with 16 / 64 per
-    chunk, lock-step 1.7853 s; ``tests/test_lockstep.py``). Used for every ring phase with
-    ``network.ring_model: lockstep``, and under the default ``step`` for tensor-parallel
-    rings as a fast-mode shortcut (``allow_lockstep``: a TP ring is small and mostly alone on
-    its links; 1024 devices: the same iteration time to 1e-14, 256: +0.13%)."""
+    chunk, lock-step 1.7853 s; ``tests/test_lockstep.py``). Used for every ring phase under
+    the lock-step ring model (``Scenario.rings``, the default), and under ``step`` for
+    tensor-parallel rings as a fast-mode shortcut (``allow_lockstep``: a TP ring is small and
+    mostly alone on its links; 1024 devices: the same iteration time to 1e-14, 256: +0.13%)."""
     if steps <= 1 or len(routes) < 2 or not all(len(r) for r in routes):
         return False
     return bool(total[0] > 0 and np.all(total == total[0]))
