@@ -9,7 +9,7 @@ import pytest
 
 import tests.test_flows_reference as ref
 from twin.kernel import flows
-from twin.kernel.joins import extend
+from twin.kernel.joins import Ledger
 
 
 def _entries(routes: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -18,16 +18,16 @@ def _entries(routes: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ef, el
 
 
-def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray, jit=None):
-    """``extend`` of the component of ``old`` flows (rates from the reference) by ``new``."""
+def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray):
+    """``Ledger.join`` of ``new`` to the component of ``old`` flows (rates from the
+    reference): ``(every rate, the new flows' bottleneck links)`` or None."""
     rate = np.array(ref.water_fill(old, cap.tolist()))
     ef, el = _entries(old)
     ulinks, inv = np.unique(el, return_inverse=True)
     local, links = _entries(new)
-    table = np.full(len(cap), -1, dtype=np.int64)
-    got = extend(rate, ef, ulinks, inv, None, local, links, len(new), cap, table, jit)
-    assert (table == -1).all()  # the scratch is left as it was
-    return got
+    lid, lown = np.zeros(len(cap), dtype=np.int64), np.full(len(cap), -1, dtype=np.int64)
+    got = Ledger(7, lid, lown, ulinks, inv, ef, rate).join(local, links, len(new), cap, 0.0)
+    return None if got is None else (np.concatenate([rate, got[0]]), got[1])
 
 
 def test_a_flow_on_spare_links_keeps_the_rates_and_gets_the_spare():
@@ -37,10 +37,9 @@ def test_a_flow_on_spare_links_keeps_the_rates_and_gets_the_spare():
     cap = np.array([1.0, 10.0])
     got = _extend([[0], [0, 1]], [[1]], cap)
     assert got is not None
-    rate, ef, ulinks, inv, _cert = got
+    rate, held = got
     assert rate.tolist() == pytest.approx([0.5, 0.5, 9.5])
-    assert ulinks[inv].tolist() == [0, 0, 1, 1]
-    assert ef.tolist() == [0, 1, 1, 2]
+    assert held.tolist() == [1]
 
 
 def test_a_flow_that_takes_from_old_flows_is_left_to_the_full_solve():
@@ -88,18 +87,26 @@ def test_extend_accepts_and_declines_in_the_random_cases():
             for s in range(60)} == {True, False}
 
 
-def test_extend_with_the_compiled_loads_is_the_same_to_the_bit():
-    """``maxmin_jit.crossed_loads`` adds the old entries' rates in the order ``np.add.at``
-    does: on every random case the same decision and the same arrays, bit for bit."""
+def test_the_compiled_ledger_totals_are_the_same_to_the_bit():
+    """``maxmin_jit.link_totals`` adds the entries' rates in the order ``np.bincount`` does:
+    on random components the same loads, largest rates and counts, bit for bit."""
     from twin.kernel import maxmin_jit
 
-    for seed in range(60):
-        cap, old, new = _random_case(seed)
-        a, b = _extend(old, new, cap), _extend(old, new, cap, maxmin_jit)
-        assert (a is None) == (b is None)
-        if a is not None:
-            for x, y in zip(a[:4], b[:4], strict=True):
-                assert x.tolist() == y.tolist()
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        n_flows, n_links = int(rng.integers(1, 30)), int(rng.integers(1, 20))
+        ef = np.repeat(np.arange(n_flows), rng.integers(1, 6, n_flows)).astype(np.int64)
+        inv = rng.integers(0, n_links, len(ef)).astype(np.int64)
+        inv[:n_links] = np.arange(min(n_links, len(ef)))
+        n = int(inv.max()) + 1
+        rate = rng.uniform(0.1, 10.0, n_flows)
+        ulinks = np.arange(n, dtype=np.int64)
+        tables = [(np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)) for _ in "ab"]
+        a = Ledger(1, *tables[0], ulinks, inv, ef, rate)
+        b = Ledger(1, *tables[1], ulinks, inv, ef, rate, maxmin_jit)
+        for name in ("load", "top", "count"):
+            assert getattr(a, name)[:n].tolist() == getattr(b, name)[:n].tolist()
+        assert a.count[:n].tolist() == np.bincount(inv, minlength=n).tolist()
 
 
 def test_a_flow_crossing_a_link_twice_counts_twice():
@@ -186,42 +193,49 @@ def test_keeping_rates_passes_the_fluid_reference_tests(name, jit, monkeypatch):
     getattr(ref, name)()
 
 
-def _shrink_by_hand(keep, entry_flow, inv, cert, n_links):
-    """Plain loops: the kept entries renumbered, or None when a kept flow's bottleneck is
-    unknown or was crossed by a stopped flow."""
-    freed = {int(inv[e]) for e in range(len(inv)) if not keep[entry_flow[e]]}
-    kept = [f for f in range(len(keep)) if keep[f]]
-    if any(cert[f] < 0 or int(cert[f]) in freed for f in kept):
-        return None
-    new_f = {f: i for i, f in enumerate(kept)}
-    ents = [(new_f[int(entry_flow[e])], int(inv[e])) for e in range(len(inv))
-            if keep[entry_flow[e]]]
-    links = sorted({lk for _f, lk in ents})
-    new_l = {lk: i for i, lk in enumerate(links)}
-    return ([f for f, _l in ents], [new_l[lk] for _f, lk in ents],
-            [lk in new_l for lk in range(n_links)], [new_l[int(cert[f])] for f in kept])
+def _check_ledger(net: flows.FlowNetwork) -> int:
+    """Every component's ledger against sums made afresh from its flows: per crossed link
+    the load (rel 1e-12) and the number of entries, a ``top`` no smaller than the fastest
+    rate, the network's tables pointing at the slot; uncrossed slots empty. Returns the
+    number of ledgers checked."""
+    seen = 0
+    for comp in net._comps:
+        led = comp.ledger
+        if led is None:
+            continue
+        seen += 1
+        load, count, fastest = {}, {}, {}
+        for tr, lo, _hi, act in comp.slices:
+            pos = {int(f): lo + i for i, f in enumerate(act)}
+            for f, lk in zip(tr.entry_owner.tolist(), tr.entry_link.tolist(), strict=True):
+                if f in pos:
+                    r = float(comp.rate[pos[f]])
+                    load[lk] = load.get(lk, 0.0) + r
+                    count[lk] = count.get(lk, 0) + 1
+                    fastest[lk] = max(fastest.get(lk, 0.0), r)
+        live = {int(led.gl[i]): i for i in range(led.n) if led.count[i] > 0}
+        assert set(live) == set(count)
+        for lk, i in live.items():
+            assert led.lid[lk] == i and led.lown[lk] == led.serial
+            assert led.count[i] == count[lk]
+            assert led.load[i] == pytest.approx(load[lk], rel=1e-12)
+            assert led.top[i] >= fastest[lk]
+    return seen
 
 
-def test_the_compiled_shrink_renumbers_as_plain_loops_do():
-    """``maxmin_jit.shrink_entries`` against plain Python loops on random components: the
-    same refusal, and otherwise the same renumbered flows, links and bottlenecks."""
-    from twin.kernel import maxmin_jit
+def test_the_ledger_is_the_sum_of_its_flows_after_every_kept_change(monkeypatch):
+    """The staggered workloads with the check above after every join and departure that
+    kept the rates (the ledger is updated, not summed afresh)."""
+    monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
+    keep = flows.FlowNetwork._keep
+    checked = []
 
-    rng = np.random.default_rng(5)
-    outcomes = set()
-    for _ in range(300):
-        n_flows, n_links = int(rng.integers(1, 12)), int(rng.integers(1, 10))
-        per = rng.integers(1, 5, n_flows)
-        entry_flow = np.repeat(np.arange(n_flows), per).astype(np.int64)
-        inv = rng.integers(0, n_links, len(entry_flow)).astype(np.int64)
-        cert = np.array([rng.choice(inv[entry_flow == f]) for f in range(n_flows)],
-                        dtype=np.int64)
-        cert[rng.random(n_flows) < 0.05] = -1
-        keep = rng.random(n_flows) < 0.7
-        want = _shrink_by_hand(keep, entry_flow, inv, cert, n_links)
-        ok, ef, iv, used, ce = maxmin_jit.shrink_entries(keep, entry_flow, inv, cert, n_links)
-        outcomes.add(ok)
-        assert ok == (want is not None)
-        if ok:
-            assert (ef.tolist(), iv.tolist(), used.tolist(), ce.tolist()) == want
-    assert outcomes == {True, False}
+    def checking(self, comp, got, added=None, kept=None):
+        keep(self, comp, got, added, kept)
+        checked.append(_check_ledger(self))
+
+    monkeypatch.setattr(flows.FlowNetwork, "_keep", checking)
+    cap = [10.0, 4.0, 7.0, 25.0] * 4
+    for seed in range(8):
+        ref.engine_run(cap, _staggered(seed))
+    assert sum(checked) > 50

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from types import ModuleType
 
 import numpy as np
 import simpy
 
-from twin.kernel.joins import extend, shrink
+from twin.kernel.joins import Ledger, shrink
 from twin.kernel.maxmin import _max_min_local, max_min_rates
 from twin.kernel.steps import _compiled
 from twin.kernel.steps import step_targets_compiled as _step_targets_compiled
@@ -104,6 +103,10 @@ class FlowNetwork:
         self.cache_hits = 0      # allocations reused from the route-pattern cache
         self.solo_starts = 0     # of which fresh transfers alone in their component
         self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # link -> local index
+        # link -> its slot in the ledger that owns it, and that ledger's serial (Ledger)
+        self._lid = np.zeros(len(self.capacity), dtype=np.int64)
+        self._lown = np.full(len(self.capacity), -1, dtype=np.int64)
+        self._ledgers = 0
         self._large = 0  # allocations of _JIT_FLOWS or more flows so far
         self.extensions = 0  # joins that kept the component's rates (keep_rates)
         self.shrinks = 0  # flows stopping with the other rates kept
@@ -260,7 +263,7 @@ class FlowNetwork:
         flight are counted on their links as they stand)."""
         for c in list(self._comps):
             self._advance_comp(c)
-            self._flush_busy(c)
+            self._flush_busy(c, end=False)
             for tr, _lo, _hi, act in c.slices:
                 tr.whole = False
                 self._account(tr, act)
@@ -435,7 +438,7 @@ class FlowNetwork:
         cached = self._allocs.get(key) if key is not None else None
         if cached is not None:
             self.cache_hits += 1
-            rate, entry_flow, ulinks, inv = cached
+            rate, entry_flow, ulinks, inv, cert = cached
             slices, tols, n = [], [], 0
             for tr in trs:
                 inc = tr.incidence()
@@ -483,30 +486,30 @@ class FlowNetwork:
                 ulinks, inv = self._compact_links(entry_link)
                 rate = _max_min_local(entry_flow, inv, n, self.capacity[ulinks], cert)
             self.recomputes += 1
+            if cert is not None:  # (as link ids: the ledger's slots are not ulinks' order)
+                cert = np.where(cert >= 0, ulinks[cert], -1)
             if key is not None and len(self._allocs) < self.alloc_cache_size:
                 size = rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
                 if self._alloc_bytes + size <= self.alloc_cache_bytes:
-                    self._allocs[key] = (rate, entry_flow, ulinks, inv)
+                    self._allocs[key] = (rate, entry_flow, ulinks, inv, cert)
                     self._alloc_bytes += size
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
-        comp.cert = None if cached is not None else cert
+        comp.cert = cert
         if len(rate) == 0:
             return
         dt = self._schedule(comp, tols[0] if len(tols) == 1 else np.concatenate(tols), use_jit)
         # (only when cached, so that the counters stay the same)
         if solo_ok and comp.target is None and key in self._allocs:
-            self._solo[key] = (rate, entry_flow, ulinks, inv, comp.tol, comp.due, dt)
+            self._solo[key] = (rate, entry_flow, ulinks, inv, cert, comp.tol, comp.due, dt)
 
     def _extend(self, comp: Component, tr: Transfer) -> bool:
-        """Add ``tr`` to ``comp`` keeping the rates there (``twin.kernel.joins.extend``);
-        False, changing nothing, when that would not be the max-min allocation."""
-        inc = (tr.incidence() if self.keep_rates and len(comp.entry_flow) >= _KEEP_ENTRIES
-               else None)
+        """Add ``tr`` to ``comp`` keeping the rates there (``twin.kernel.joins.Ledger.join``);
+        False when that would not be the max-min allocation (the caller solves ``comp``)."""
+        inc = tr.incidence() if self.keep_rates and comp.cert is not None else None
         if inc is None:
             return False
         act, local, links, tol = inc
-        got = extend(comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, local,
-                     links, len(act), self.capacity, self._scratch, self._jit())
+        got = self._ledger(comp).join(local, links, len(act), self.capacity, comp.busy)
         if got is None:
             return False
         comp.transfers[tr.id] = tr
@@ -514,23 +517,30 @@ class FlowNetwork:
         self._register(tr)
         n = len(comp.rate)
         self.extensions += 1
-        self._keep(comp, (*got, np.concatenate([comp.tol, tol]),
+        self._keep(comp, (np.concatenate([comp.rate, got[0]]),
+                          np.concatenate([comp.cert, got[1]]), np.concatenate([comp.tol, tol]),
                           [*comp.slices, (tr, n, n + len(act), act)]), tr)
         return True
 
+    def _ledger(self, comp: Component) -> Ledger:
+        """The component's :class:`~twin.kernel.joins.Ledger`, made from its solve's arrays
+        the first time a join or departure asks after the solve."""
+        if comp.ledger is None:
+            self._ledgers += 1
+            comp.ledger = Ledger(self._ledgers, self._lid, self._lown, comp.ulinks, comp.inv,
+                                 comp.entry_flow, comp.rate,
+                                 _compiled() if self._large > _JIT_AFTER else None)
+        return comp.ledger
+
     def _keep(self, comp: Component, got: tuple, added: Transfer | None = None,
               kept: np.ndarray | None = None) -> None:
-        """Install ``(rate, entry_flow, ulinks, inv, cert, tol, slices)`` kept from the
-        component's allocation (``twin.kernel.joins``) and schedule it. ``added``: a
-        transfer appended to the slices (a join); ``kept``: which flows stayed (a departure).
-
-        The busy time so far goes to the links before the change, unless they stay the same
-        (the same ``ulinks``): then it keeps accumulating for them."""
-        if got[2] is not comp.ulinks:
-            self._flush_busy(comp)
+        """Install ``(rate, cert, tol, slices)`` kept from the component's allocation
+        (``twin.kernel.joins``) and schedule it. ``added``: a transfer appended to the slices
+        (a join); ``kept``: which flows stayed (a departure). The busy time of the links
+        is the ledger's (``Ledger.flush``)."""
         comp.gen += 1
         comp.last = self.env.now
-        comp.rate, comp.entry_flow, comp.ulinks, comp.inv, comp.cert, tol, comp.slices = got
+        comp.rate, comp.cert, tol, comp.slices = got
         self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added, kept)
 
     def _schedule(self, comp: Component, tol: np.ndarray, use_jit: bool,
@@ -568,11 +578,6 @@ class FlowNetwork:
         self._arm(comp, dt)
         return dt
 
-    def _jit(self) -> ModuleType | None:
-        """``twin.kernel.maxmin_jit`` once the run has made ``_JIT_AFTER`` large allocations
-        (the rate-keeping checks' passes then take their compiled forms), else None."""
-        return _compiled() if self._large > _JIT_AFTER else None
-
     def _compiled_pays(self, n: int) -> bool:
         """Whether an allocation of ``n`` flows takes the compiled forms (``_JIT_FLOWS``,
         ``_JIT_AFTER``); counts the large allocations."""
@@ -592,11 +597,11 @@ class FlowNetwork:
         from what the first such allocation of its key derived (the same arrays: its rates,
         tolerances, due flows and time to the next completion depend only on the pattern, its
         sizes and the capacities in the key)."""
-        rate, entry_flow, ulinks, inv, tol, due, dt = solo
+        rate, entry_flow, ulinks, inv, cert, tol, due, dt = solo
         self.cache_hits += 1
         self.solo_starts += 1
         comp.slices = [(tr, 0, len(rate), tr.template.all_flows)]
-        comp.cert = None
+        comp.cert = cert
         comp.index()
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
@@ -666,10 +671,18 @@ class FlowNetwork:
         table[ulinks] = np.arange(len(ulinks))
         return ulinks, table[entry_link]
 
-    def _flush_busy(self, comp: Component) -> None:
-        if comp.busy > 0:
+    def _flush_busy(self, comp: Component, end: bool = True) -> None:
+        """Add the component's busy time to its links' (``end``: its allocation ends here,
+        the ledger with it)."""
+        led = comp.ledger
+        if led is not None:
+            led.flush(self.link_busy, comp.busy)
+            if not end:
+                return
+            comp.ledger = None
+        elif comp.busy > 0:
             self.link_busy[comp.ulinks] += comp.busy
-            comp.busy = 0.0
+        comp.busy = 0.0
 
     def _advance_comp(self, comp: Component) -> None:
         """Drain a component's bytes at its current rates up to now; account link usage."""
@@ -742,12 +755,12 @@ class FlowNetwork:
         if changed and (4 * left >= n_flows or len(comp.transfers) <= 2):
             self._rebuild(comp)
         elif comp.transfers:
-            got = shrink(comp, which, self._jit()) if self.keep_rates else None
+            got = shrink(comp, which, self._ledger, self.link_busy) if self.keep_rates else None
             if got is None:
                 self._allocate(comp)
             else:
                 self.shrinks += 1
-                self._keep(comp, got[:7], kept=got[7])
+                self._keep(comp, got[:4], kept=got[4])
         else:
             self._rebuild(comp)
 

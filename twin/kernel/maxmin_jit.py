@@ -329,75 +329,19 @@ def step_targets(rate: np.ndarray, lo: np.ndarray, hi: np.ndarray, act: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def shrink_entries(keep: np.ndarray, entry_flow: np.ndarray, inv: np.ndarray,
-                   cert: np.ndarray, n_links: int) -> tuple:  # pragma: no cover - compiled
-    """The array work of :func:`twin.kernel.joins.shrink` in three passes over the entries.
-
-    ``keep``: which flows stay; ``entry_flow``, ``inv``: each entry's flow and link index
-    (into the component's ``n_links`` links); ``cert``: each flow's bottleneck link index.
-    Returns ``(ok, entry_flow, inv, used, cert)`` of the flows kept, renumbered (flows in
-    order, links by ``used``: the links still crossed, in order); ``ok`` False (the rest
-    empty) when a kept flow's bottleneck is unknown or was crossed by a flow that stopped."""
-    n_flows = keep.size
-    n_ent = entry_flow.size
-    freed = np.zeros(n_links, dtype=np.bool_)
-    n_kept_ent = 0
-    for e in range(n_ent):
-        if keep[entry_flow[e]]:
-            n_kept_ent += 1
-        else:
-            freed[inv[e]] = True
-    fmap = np.empty(n_flows, dtype=np.int64)
-    n_kept = 0
-    for f in range(n_flows):
-        if keep[f]:
-            c = cert[f]
-            if c < 0 or freed[c]:
-                empty = np.empty(0, dtype=np.int64)
-                return False, empty, empty, np.empty(0, dtype=np.bool_), empty
-            fmap[f] = n_kept
-            n_kept += 1
-    used = np.zeros(n_links, dtype=np.bool_)
-    new_flow = np.empty(n_kept_ent, dtype=np.int64)
-    new_inv = np.empty(n_kept_ent, dtype=np.int64)
-    k = 0
-    for e in range(n_ent):
-        f = entry_flow[e]
-        if keep[f]:
-            new_flow[k] = fmap[f]
-            new_inv[k] = inv[e]
-            used[inv[e]] = True
-            k += 1
-    lmap = np.empty(n_links, dtype=np.int64)
-    j = 0
-    for lk in range(n_links):
-        lmap[lk] = j
-        if used[lk]:
-            j += 1
-    if j < n_links:
-        for e in range(n_kept_ent):
-            new_inv[e] = lmap[new_inv[e]]
-    new_cert = np.empty(n_kept, dtype=np.int64)
-    for f in range(n_flows):
-        if keep[f]:
-            new_cert[fmap[f]] = lmap[cert[f]]
-    return True, new_flow, new_inv, used, new_cert
-
-
-@numba.njit(cache=True, nogil=True)
-def crossed_loads(inv: np.ndarray, entry_flow: np.ndarray, rate: np.ndarray,
-                  crossed: np.ndarray) -> tuple:  # pragma: no cover - compiled
-    """``(load, fastest)`` over the links ``crossed`` marks (0 elsewhere): the sum and the
-    largest of the rates of the entries on each (entry order, as ``np.add.at`` adds them),
-    bytes/s; :func:`twin.kernel.joins.extend`'s pass over the component's entries."""
-    n = crossed.size
-    load = np.zeros(n)
-    fastest = np.zeros(n)
+def link_totals(inv: np.ndarray, entry_flow: np.ndarray, rate: np.ndarray,
+                n_links: int) -> tuple:  # pragma: no cover - compiled
+    """``(load, top, count)`` per link of a component in one pass over its entries: the sum
+    of the rates on each (entry order, as ``np.bincount`` adds them), bytes/s, the largest,
+    and the number of entries (``twin.kernel.joins.Ledger``)."""
+    load = np.zeros(n_links)
+    top = np.zeros(n_links)
+    count = np.zeros(n_links, dtype=np.int64)
     for e in range(inv.size):
         lk = inv[e]
-        if crossed[lk]:
-            r = rate[entry_flow[e]]
-            load[lk] += r
-            if r > fastest[lk]:
-                fastest[lk] = r
-    return load, fastest
+        r = rate[entry_flow[e]]
+        load[lk] += r
+        if r > top[lk]:
+            top[lk] = r
+        count[lk] += 1
+    return load, top, count

@@ -181,9 +181,9 @@ class Transfer:
 class Component:
     """Transfers connected through shared links, with their current allocation."""
 
-    __slots__ = ("buf", "busy", "cert", "due", "entry_flow", "fill", "gen", "inv", "last", "offs",
-                 "pos", "rate", "slices", "starts", "statics", "target", "tol", "transfers",
-                 "ulinks")
+    __slots__ = ("buf", "busy", "cert", "due", "entry_flow", "fill", "gen", "inv", "last",
+                 "ledger", "offs", "pos", "rate", "slices", "starts", "statics", "target", "tol",
+                 "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
@@ -203,7 +203,8 @@ class Component:
         # does not change): kept by twin.kernel.steps.step_targets_compiled
         self.statics: tuple | None = None
         self.busy = 0.0
-        self.cert: np.ndarray | None = None  # each flow's bottleneck (twin.kernel.joins)
+        self.cert: np.ndarray | None = None  # each flow's bottleneck link (twin.kernel.joins)
+        self.ledger = None  # its links' loads, kept through joins and departures (same)
         # the remaining bytes of its transfers in one array (see index)
         self.buf: np.ndarray | None = None
         self.fill = -1  # entries of buf in use (-1: buf is one transfer's own array)
