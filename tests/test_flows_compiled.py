@@ -17,6 +17,7 @@ import tests.test_flows_reference as ref
 from twin.kernel import flows
 from twin.kernel.maxmin import _max_min_local
 from twin.kernel.maxmin_jit import compact_max_min
+from twin.kernel.steps import step_target
 from twin.kernel.transfer import Component, Transfer
 
 
@@ -157,11 +158,11 @@ def _comp(slices: list) -> Component:
 
 @pytest.mark.parametrize("seed", range(400))
 def test_compiled_step_targets_are_the_methods_to_the_bit(seed):
-    """``step_targets`` against ``FlowNetwork._step_target`` on a transfer in the states a
+    """``step_targets`` against ``steps.step_target`` on a transfer in the states a
     ring passes through (pending, parked at a step end, done, a hair out of step; rates
     equal, a hair apart or not): the same None / target, the same bits."""
     tr, act, rate = _stepped_state(np.random.default_rng(seed))
-    want = flows.FlowNetwork._step_target(tr, act, rate)
+    want = step_target(tr, act, rate)
     to_go, got = flows._step_targets_compiled(_comp([(tr, 0, len(act), act)]), rate)
     if want is None:
         assert got is None
@@ -182,7 +183,7 @@ def test_compiled_step_targets_of_several_transfers_in_one_call(seed):
         if rng.integers(4) == 0:
             tr.steps = 1  # a one-step transfer among them: no target asked
         slices.append((tr, n, n + len(act), act))
-        step = None if tr.steps == 1 else flows.FlowNetwork._step_target(tr, act, rate)
+        step = None if tr.steps == 1 else step_target(tr, act, rate)
         want.append((rate, step))
         n += len(act)
     rate = np.concatenate([r for r, _w in want])
@@ -211,7 +212,7 @@ def test_compiled_step_targets_keep_statics_only_for_the_same_stepped_transfers(
         slices, want, n = [], [], 0
         for tr, act, rate in which:
             slices.append((tr, n, n + len(act), act))
-            want.append(flows.FlowNetwork._step_target(tr, act, rate))
+            want.append(step_target(tr, act, rate))
             n += len(act)
         comp.slices = slices
         rate = np.concatenate([r for _t, _a, r in which])
@@ -243,11 +244,11 @@ def test_compiled_step_targets_take_the_methods_shortcut_on_every_slice():
     tr.remaining[0] += 0.9e-9 * 12.0
     act = np.arange(4)
     rate = np.array([5.0, 5.0, 5.0, 5.0 * (1 + 0.9e-9)])
-    assert flows.FlowNetwork._step_target(tr, act, rate) is None
+    assert step_target(tr, act, rate) is None
     n0 = len(act0)
     slices = [(first, 0, n0, act0), (tr, n0, n0 + 4, act)]
     _to_go, got = flows._step_targets_compiled(_comp(slices), np.concatenate([rate0, rate]))
-    want0 = flows.FlowNetwork._step_target(first, act0, rate0)
+    want0 = step_target(first, act0, rate0)
     if want0 is None:
         assert got is None
     else:

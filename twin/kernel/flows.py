@@ -28,7 +28,6 @@ This module is kernel: it knows links only as array indices with capacities, not
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
@@ -36,7 +35,7 @@ import simpy
 
 from twin.kernel.joins import Ledger, shrink
 from twin.kernel.maxmin import _max_min_local, max_min_rates
-from twin.kernel.steps import _compiled
+from twin.kernel.steps import _compiled, step_target
 from twin.kernel.steps import step_targets_compiled as _step_targets_compiled
 from twin.kernel.transfer import Component, Template, Transfer
 
@@ -533,44 +532,50 @@ class FlowNetwork:
         return comp.ledger
 
     def _keep(self, comp: Component, got: tuple, added: Transfer | None = None,
-              kept: np.ndarray | None = None) -> None:
+              kept: np.ndarray | None = None, starts: np.ndarray | None = None) -> None:
         """Install ``(rate, cert, tol, slices)`` kept from the component's allocation
         (``twin.kernel.joins``) and schedule it. ``added``: a transfer appended to the slices
-        (a join); ``kept``: which flows stayed (a departure). The busy time of the links
-        is the ledger's (``Ledger.flush``)."""
+        (a join); ``kept``: which flows stayed (a departure), and ``starts`` the slices'
+        first flows then. The busy time of the links is the ledger's (``Ledger.flush``)."""
         comp.gen += 1
         comp.last = self.env.now
         comp.rate, comp.cert, tol, comp.slices = got
-        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added, kept)
+        if added is not None:  # (the slices before it kept their first flows)
+            starts = np.append(comp.starts, comp.slices[-1][1])
+        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added, kept, starts)
 
     def _schedule(self, comp: Component, tol: np.ndarray, use_jit: bool,
-                  added: Transfer | None = None, kept: np.ndarray | None = None) -> float:
+                  added: Transfer | None = None, kept: np.ndarray | None = None,
+                  starts: np.ndarray | None = None) -> float:
         """With the component's rates set: its flows' remaining bytes, done tolerances
         ``tol`` and step targets, the flows due first; arms its timer. Returns the time to
-        it, s. ``added``, ``kept``: see :meth:`Component.index`."""
+        it, s. ``added``, ``kept``: see :meth:`Component.index`; ``starts``: the slices'
+        first flows, when the caller has them."""
         rate = comp.rate
         comp.index(added, kept)
         comp.tol = tol
-        comp.starts = np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
-                                  count=len(comp.slices))
+        comp.starts = (np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
+                                   count=len(comp.slices)) if starts is None else starts)
         if use_jit:
             to_go, comp.target = _step_targets_compiled(comp, rate, comp.buf[comp.pos])
         else:
-            rems, targets, stepped = [], [], False
+            rems, targets = [], []
             for tr, lo, hi, act in comp.slices:
                 rem = tr.remaining[act]
                 target = None
                 if tr.steps > 1:
-                    target = self._step_target(tr, act, rate[lo:hi])
+                    target = step_target(tr, act, rate[lo:hi])
                 if target is None:
                     rems.append(rem)
-                    targets.append(np.zeros(len(act)))
                 else:
-                    stepped = True
                     rems.append(rem - target)
-                    targets.append(target)
+                    targets.append((lo, hi, target))
             to_go = rems[0] if len(rems) == 1 else np.concatenate(rems)
-            comp.target = (np.concatenate(targets) if stepped else None)
+            comp.target = None
+            if targets:  # (0 for the flows of slices without one)
+                comp.target = np.zeros(len(rate))
+                for lo, hi, target in targets:
+                    comp.target[lo:hi] = target
         ttf = to_go / rate
         dt = float(ttf.min())
         # flows due at the timer finish then, whatever rounding of the clock does to dt
@@ -607,57 +612,6 @@ class FlowNetwork:
         comp.tol, comp.due, comp.target = tol, due, None
         comp.starts = _FIRST
         self._arm(comp, dt)
-
-    @staticmethod
-    def _step_target(tr: Transfer, act: np.ndarray, rate: np.ndarray) -> np.ndarray | None:
-        """Remaining bytes of ``tr``'s active flows at the end of the current step, or None
-        when every unfinished flow is active and all take the same time per step and to the
-        end of the step (they then stay in step without per-step events).
-
-        Called for every stepped transfer of a component at every change of its rates, on a
-        few (tens of) flows: plain Python floats, not NumPy reductions (the same float64
-        operations in the same order, so the same results to the last bit)."""
-        rl = rate.tolist()
-        rem = tr.remaining.tolist()
-        if tr.uniform and len(act) == len(rem):  # the common case, checked cheaply
-            r_max = max(rl)
-            if (r_max - min(rl) <= 1e-9 * r_max
-                    and max(rem) - min(rem) <= 1e-9 * float(tr.step_size[0])):
-                return None
-        per = tr._per_step.tolist()
-        parked = tr.parked.tolist()
-        top = 0.0
-        wait = -1.0  # step count of the parked flows (-1: none)
-        n_pending = 0
-        for r, p, pk in zip(rem, per, parked, strict=True):
-            if r > 0:  # pending; steps left as in Transfer.steps_left
-                q = max(math.ceil(r * p - 1e-6), 0.0)
-                n_pending += 1
-                if q > top:
-                    top = q
-                if pk and q > wait:
-                    wait = q
-        if wait >= 0.0 and wait + 1.0 > top:
-            # Parked flows wait at the end of their step for the active ones. An active flow
-            # that drained to within the step count's tolerance of that end (a timer of
-            # another flow left it there) has arrived but was not marked done: its target is
-            # that end (a remainder of < 1e-6 step), so its timer marks it done and releases
-            # the barrier, instead of letting it run on into the next step alone.
-            top = wait + 1.0
-        step = tr.step_size[act]
-        # every pending flow within the tolerance of its end (top 0): the target is that end
-        target = (max(top, 1.0) - 1.0) * step
-        if len(act) == n_pending:
-            sl = step.tolist()
-            tl = target.tolist()
-            ra = tr.remaining[act].tolist()
-            t_step = [s / r for s, r in zip(sl, rl, strict=True)]
-            t_end = [(x - t) / r for x, t, r in zip(ra, tl, rl, strict=True)]
-            ts_max = max(t_step)
-            if (ts_max - min(t_step) <= 1e-9 * ts_max
-                    and max(t_end) - min(t_end) <= 1e-9 * ts_max):
-                return None
-        return target
 
     def _compact_links(self, entry_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``np.unique(entry_link, return_inverse=True)``; for a component that touches a
@@ -713,7 +667,9 @@ class FlowNetwork:
         hit_all = (comp.buf[comp.pos] <= comp.tol) | comp.due
         flows_hit = np.flatnonzero(hit_all)
         # only the slices with a flow done: the others keep their flows and links
-        which = np.unique(np.searchsorted(comp.starts, flows_hit, side="right") - 1).tolist()
+        # (flows_hit is sorted, so the slices are too: their distinct ones in order)
+        which = list(dict.fromkeys(
+            (np.searchsorted(comp.starts, flows_hit, side="right") - 1).tolist()))
         for j in which:
             tr, lo, hi, act = slices[j]
             tol = comp.tol[lo:hi]
@@ -760,7 +716,7 @@ class FlowNetwork:
                 self._allocate(comp)
             else:
                 self.shrinks += 1
-                self._keep(comp, got[:4], kept=got[4])
+                self._keep(comp, got[:4], kept=got[4], starts=got[5])
         else:
             self._rebuild(comp)
 

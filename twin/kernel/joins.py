@@ -191,8 +191,8 @@ def shrink(comp: Component, which: list[int], ledger: Callable[[Component], Ledg
     longer counts the stopped flows, and the links they alone crossed get their busy seconds
     (``link_busy``).
 
-    Returns ``(rate, cert, tol, slices, keep)`` for the flows still active, with ``keep``:
-    which of the component's flows stay.
+    Returns ``(rate, cert, tol, slices, keep, starts)`` for the flows still active, with
+    ``keep``: which of the component's flows stay, and ``starts``: each slice's first flow.
     """
     slices = comp.slices
     keep = np.ones(len(comp.rate), dtype=bool)
@@ -207,7 +207,7 @@ def shrink(comp: Component, which: list[int], ledger: Callable[[Component], Ledg
             keep[lo:hi] = still
             gone.append((tr, lo, act, still))
     if not gone:
-        return comp.rate, comp.cert, comp.tol, slices, keep
+        return comp.rate, comp.cert, comp.tol, slices, keep, comp.starts
     cert = comp.cert
     if cert is None:
         return None
@@ -231,21 +231,23 @@ def shrink(comp: Component, which: list[int], ledger: Callable[[Component], Ledg
         return None
     led.leave(links, rates[0] if len(rates) == 1 else np.concatenate(rates), link_busy,
               comp.busy)
-    return (comp.rate[keep], kept_cert, comp.tol[keep], _kept_slices(slices, which, keep),
-            keep)
+    return (comp.rate[keep], kept_cert, comp.tol[keep], *_kept_slices(slices, which, keep))
 
 
-def _kept_slices(slices: list, which: list[int], keep: np.ndarray) -> list:
-    """The component's slices with the stopped flows of slices ``which`` taken out."""
-    out, n, wset = [], 0, set(which)
+def _kept_slices(slices: list, which: list[int], keep: np.ndarray
+                 ) -> tuple[list, np.ndarray, np.ndarray]:
+    """``(slices, keep, starts)``: the component's slices with the stopped flows of slices
+    ``which`` taken out, ``keep`` as given and the first flow of each slice."""
+    out, starts, n, wset = [], [], 0, set(which)
     for j, (tr, lo, hi, act) in enumerate(slices):
         if j in wset:
             act = act[keep[lo:hi]]
             if len(act) == 0:
                 continue
         out.append((tr, n, n + len(act), act))
+        starts.append(n)
         n += len(act)
-    return out
+    return out, keep, np.array(starts, dtype=np.int64)
 
 
 __all__ = ["Ledger", "shrink"]

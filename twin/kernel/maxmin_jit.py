@@ -1,7 +1,7 @@
 """Compiled counterparts of the flow engine's per-allocation arithmetic, for large components.
 
 :func:`twin.kernel.maxmin._max_min_local` (NumPy, progressive filling) costs a handful of
-array passes per level; :meth:`twin.kernel.flows.FlowNetwork._step_target` a Python loop per
+array passes per level; :func:`twin.kernel.steps.step_target` a Python loop per
 stepped transfer. A component of a run without rank symmetry on thousands of devices (data-
 parallel rings crossing the tensor-parallel groups' links, out of step under jitter) holds
 tens of transfers and hundreds of flows and is re-allocated at every ring step of every flow,
@@ -265,7 +265,7 @@ def step_targets(rate: np.ndarray, lo: np.ndarray, hi: np.ndarray, act: np.ndarr
                  f_lo: np.ndarray, remaining: np.ndarray, per_step: np.ndarray,
                  parked: np.ndarray, step_size: np.ndarray, uniform: np.ndarray,
                  target: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """:meth:`twin.kernel.flows.FlowNetwork._step_target` of several stepped transfers.
+    """:func:`twin.kernel.steps.step_target` of several stepped transfers.
 
     Transfer ``i``'s active flows are ``act[lo[i]:hi[i]]`` (indices into its own flows) at
     rates ``rate[lo[i]:hi[i]]``; its own flows' ``remaining``, ``per_step``, ``parked`` and
