@@ -152,7 +152,7 @@ def _stepped_state(rng: np.random.Generator) -> tuple[Transfer, np.ndarray, np.n
 def _comp(slices: list) -> Component:
     """A component holding ``slices`` (what the compiled step targets read)."""
     comp = Component(0.0)
-    comp.slices = slices
+    comp.set_slices([(tr, act) for tr, _lo, _hi, act in slices])
     return comp
 
 
@@ -214,7 +214,7 @@ def test_compiled_step_targets_keep_statics_only_for_the_same_stepped_transfers(
             slices.append((tr, n, n + len(act), act))
             want.append(step_target(tr, act, rate))
             n += len(act)
-        comp.slices = slices
+        comp.set_slices([(tr, act) for tr, _lo, _hi, act in slices])
         rate = np.concatenate([r for _t, _a, r in which])
         _to_go, got = flows._step_targets_compiled(comp, rate)
         expect = np.concatenate([np.zeros(len(a)) if w is None else w

@@ -205,7 +205,7 @@ def _check_ledger(net: flows.FlowNetwork) -> int:
             continue
         seen += 1
         load, count, fastest = {}, {}, {}
-        for tr, lo, _hi, act in comp.slices:
+        for (tr, act), lo in zip(comp.slices, comp.bounds.tolist(), strict=False):
             pos = {int(f): lo + i for i, f in enumerate(act)}
             for f, lk in zip(tr.entry_owner.tolist(), tr.entry_link.tolist(), strict=True):
                 if f in pos:
@@ -234,7 +234,9 @@ def test_the_ledger_is_the_sum_of_its_flows_after_every_kept_change(monkeypatch)
         keep(self, comp, got, *args, **kw)
         checked.append(_check_ledger(self))
         for c in self._comps:  # (kept, not rebuilt, through joins and departures)
-            assert c.starts.tolist() == [lo for _t, lo, _h, _a in c.slices]
+            lens = [len(act) for _t, act in c.slices]
+            assert c.bounds.tolist() == np.cumsum([0, *lens]).tolist()
+            assert c.nstep == sum(tr.steps > 1 for tr, _a in c.slices)
 
     monkeypatch.setattr(flows.FlowNetwork, "_keep", checking)
     cap = [10.0, 4.0, 7.0, 25.0] * 4

@@ -42,7 +42,7 @@ from twin.kernel.transfer import Component, Template, Transfer
 __all__ = ["FlowNetwork", "Transfer", "max_min_rates"]
 
 
-_FIRST = np.zeros(1, dtype=np.int64)  # first flow of a component's only slice
+_FIRST = np.zeros(1, dtype=np.int64)  # the bounds of a component without slices
 # components of at least this many flows are allocated by the compiled forms of the max-min
 # solve and the step targets (``twin.kernel.maxmin_jit``: the same numbers to the last bit;
 # below it their call and input packing cost more than they save), once a run has made more
@@ -263,7 +263,7 @@ class FlowNetwork:
         for c in list(self._comps):
             self._advance_comp(c)
             self._flush_busy(c, end=False)
-            for tr, _lo, _hi, act in c.slices:
+            for tr, act in c.slices:
                 tr.whole = False
                 self._account(tr, act)
 
@@ -291,8 +291,8 @@ class FlowNetwork:
         """Current rate of each flow, per transfer id (bytes/s; 0 for inactive flows)."""
         out = {tid: np.zeros(len(tr.size)) for tid, tr in self.transfers.items()}
         for c in self._comps:
-            for tr, lo, hi, act in c.slices:
-                out[tr.id][act] = c.rate[lo:hi]
+            for (tr, act), lo in zip(c.slices, c.bounds.tolist(), strict=False):
+                out[tr.id][act] = c.rate[lo:lo + len(act)]
         return out
 
     # ----------------------------------------------------------------- components
@@ -364,7 +364,7 @@ class FlowNetwork:
         comp.gen += 1
         self._comps.discard(comp)
         comp.rate = np.empty(0)  # a stale reference to this component must drain nothing
-        comp.slices = []
+        comp.slices, comp.bounds, comp.nstep = [], _FIRST, 0
         live = []
         for t in comp.transfers.values():
             if t.active.any():
@@ -438,7 +438,7 @@ class FlowNetwork:
         if cached is not None:
             self.cache_hits += 1
             rate, entry_flow, ulinks, inv, cert = cached
-            slices, tols, n = [], [], 0
+            slices, tols = [], []
             for tr in trs:
                 inc = tr.incidence()
                 if inc is None:
@@ -447,11 +447,9 @@ class FlowNetwork:
                     act, tol = inc[0], inc[3]
                 if tr.whole:
                     act = tr.template.all_flows
-                k = len(act)
-                slices.append((tr, n, n + k, act))
+                slices.append((tr, act))
                 tols.append(tol)
-                n += k
-            comp.slices = slices
+            n = comp.set_slices(slices)
             use_jit = self._compiled_pays(n)
         else:
             slices, ent_f, ent_l, tols, offs, lens = [], [], [], [], [], []
@@ -466,9 +464,9 @@ class FlowNetwork:
                 tols.append(tol)
                 offs.append(n)
                 lens.append(len(local))
-                slices.append((tr, n, n + len(act), act))
+                slices.append((tr, act))
                 n += len(act)
-            comp.slices = slices
+            comp.set_slices(slices)
             if len(ent_f) > 1:  # each transfer's entries point to its flows: shift them
                 entry_flow = np.concatenate(ent_f)
                 entry_flow += np.repeat(offs, lens)
@@ -518,7 +516,8 @@ class FlowNetwork:
         self.extensions += 1
         self._keep(comp, (np.concatenate([comp.rate, got[0]]),
                           np.concatenate([comp.cert, got[1]]), np.concatenate([comp.tol, tol]),
-                          [*comp.slices, (tr, n, n + len(act), act)]), tr)
+                          [*comp.slices, (tr, act)], np.append(comp.bounds, n + len(act)),
+                          comp.nstep + (tr.steps > 1)), tr)
         return True
 
     def _ledger(self, comp: Component) -> Ledger:
@@ -532,38 +531,33 @@ class FlowNetwork:
         return comp.ledger
 
     def _keep(self, comp: Component, got: tuple, added: Transfer | None = None,
-              kept: np.ndarray | None = None, starts: np.ndarray | None = None) -> None:
-        """Install ``(rate, cert, tol, slices)`` kept from the component's allocation
-        (``twin.kernel.joins``) and schedule it. ``added``: a transfer appended to the slices
-        (a join); ``kept``: which flows stayed (a departure), and ``starts`` the slices'
-        first flows then. The busy time of the links is the ledger's (``Ledger.flush``)."""
+              kept: np.ndarray | None = None) -> None:
+        """Install ``(rate, cert, tol, slices, bounds, nstep)`` kept from the component's
+        allocation (``twin.kernel.joins``) and schedule it. ``added``: a transfer appended to
+        the slices (a join); ``kept``: which flows stayed (a departure). The busy time of the
+        links is the ledger's (``Ledger.flush``)."""
         comp.gen += 1
         comp.last = self.env.now
-        comp.rate, comp.cert, tol, comp.slices = got
-        if added is not None:  # (the slices before it kept their first flows)
-            starts = np.append(comp.starts, comp.slices[-1][1])
-        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added, kept, starts)
+        comp.rate, comp.cert, tol, comp.slices, comp.bounds, comp.nstep = got
+        self._schedule(comp, tol, self._compiled_pays(len(comp.rate)), added, kept)
 
     def _schedule(self, comp: Component, tol: np.ndarray, use_jit: bool,
-                  added: Transfer | None = None, kept: np.ndarray | None = None,
-                  starts: np.ndarray | None = None) -> float:
+                  added: Transfer | None = None, kept: np.ndarray | None = None) -> float:
         """With the component's rates set: its flows' remaining bytes, done tolerances
         ``tol`` and step targets, the flows due first; arms its timer. Returns the time to
-        it, s. ``added``, ``kept``: see :meth:`Component.index`; ``starts``: the slices'
-        first flows, when the caller has them."""
+        it, s. ``added``, ``kept``: see :meth:`Component.index`."""
         rate = comp.rate
         comp.index(added, kept)
         comp.tol = tol
-        comp.starts = (np.fromiter((lo for _t, lo, _h, _a in comp.slices), dtype=np.int64,
-                                   count=len(comp.slices)) if starts is None else starts)
         if use_jit:
             to_go, comp.target = _step_targets_compiled(comp, rate, comp.buf[comp.pos])
         else:
             rems, targets = [], []
-            for tr, lo, hi, act in comp.slices:
+            for (tr, act), lo in zip(comp.slices, comp.bounds.tolist(), strict=False):
                 rem = tr.remaining[act]
                 target = None
                 if tr.steps > 1:
+                    hi = lo + len(act)
                     target = step_target(tr, act, rate[lo:hi])
                 if target is None:
                     rems.append(rem)
@@ -605,12 +599,12 @@ class FlowNetwork:
         rate, entry_flow, ulinks, inv, cert, tol, due, dt = solo
         self.cache_hits += 1
         self.solo_starts += 1
-        comp.slices = [(tr, 0, len(rate), tr.template.all_flows)]
+        comp.slices = [(tr, tr.template.all_flows)]
         comp.cert = cert
         comp.index()
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
-        comp.starts = _FIRST
+        comp.bounds, comp.nstep = np.array([0, len(rate)]), int(tr.steps > 1)
         self._arm(comp, dt)
 
     def _compact_links(self, entry_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -668,10 +662,12 @@ class FlowNetwork:
         flows_hit = np.flatnonzero(hit_all)
         # only the slices with a flow done: the others keep their flows and links
         # (flows_hit is sorted, so the slices are too: their distinct ones in order)
+        bounds = comp.bounds
         which = list(dict.fromkeys(
-            (np.searchsorted(comp.starts, flows_hit, side="right") - 1).tolist()))
+            (np.searchsorted(bounds, flows_hit, side="right") - 1).tolist()))
         for j in which:
-            tr, lo, hi, act = slices[j]
+            tr, act = slices[j]
+            lo, hi = int(bounds[j]), int(bounds[j + 1])
             tol = comp.tol[lo:hi]
             hit = hit_all[lo:hi]
             done = act[hit]
@@ -716,7 +712,7 @@ class FlowNetwork:
                 self._allocate(comp)
             else:
                 self.shrinks += 1
-                self._keep(comp, got[:4], kept=got[4], starts=got[5])
+                self._keep(comp, got[:6], kept=got[6])
         else:
             self._rebuild(comp)
 

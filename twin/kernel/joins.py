@@ -17,7 +17,7 @@ caller solves the component as usual.
 
 Out of step rings on thousands of devices join components of a hundred transfers and tens of
 thousands of (flow, link) entries, and a join almost never changes the rates already there
-(GPT-3 175B, 4096 devices, jitter, lock-step rings: 66,655 of 66,743 joins, and 65,872 of
+(GPT-3 175B, 4096 devices, jitter, lock-step rings: 66,655 of 66,743 joins, and 65,874 of
 67,098 departures). So the checks must not cost a pass over the component's entries: a
 :class:`Ledger` keeps, per link of the component, the load (sum of the rates of the entries
 on it), an upper bound of the fastest rate on it and the number of entries, updated by what
@@ -191,14 +191,16 @@ def shrink(comp: Component, which: list[int], ledger: Callable[[Component], Ledg
     longer counts the stopped flows, and the links they alone crossed get their busy seconds
     (``link_busy``).
 
-    Returns ``(rate, cert, tol, slices, keep, starts)`` for the flows still active, with
-    ``keep``: which of the component's flows stay, and ``starts``: each slice's first flow.
+    Returns ``(rate, cert, tol, slices, bounds, nstep, keep)`` for the flows still active
+    (see :class:`~twin.kernel.transfer.Component`), with ``keep``: which of the component's
+    flows stay.
     """
-    slices = comp.slices
+    slices, bounds = comp.slices, comp.bounds
     keep = np.ones(len(comp.rate), dtype=bool)
     gone = []
     for j in which:
-        tr, lo, hi, act = slices[j]
+        tr, act = slices[j]
+        lo, hi = int(bounds[j]), int(bounds[j + 1])
         still = tr.active[act]
         n_still = int(still.sum())
         if n_still != int(tr.active.sum()):
@@ -207,7 +209,7 @@ def shrink(comp: Component, which: list[int], ledger: Callable[[Component], Ledg
             keep[lo:hi] = still
             gone.append((tr, lo, act, still))
     if not gone:
-        return comp.rate, comp.cert, comp.tol, slices, keep, comp.starts
+        return comp.rate, comp.cert, comp.tol, slices, bounds, comp.nstep, keep
     cert = comp.cert
     if cert is None:
         return None
@@ -231,23 +233,34 @@ def shrink(comp: Component, which: list[int], ledger: Callable[[Component], Ledg
         return None
     led.leave(links, rates[0] if len(rates) == 1 else np.concatenate(rates), link_busy,
               comp.busy)
-    return (comp.rate[keep], kept_cert, comp.tol[keep], *_kept_slices(slices, which, keep))
+    return (comp.rate[keep], kept_cert, comp.tol[keep],
+            *_kept_slices(slices, bounds, comp.nstep, which, keep), keep)
 
 
-def _kept_slices(slices: list, which: list[int], keep: np.ndarray
-                 ) -> tuple[list, np.ndarray, np.ndarray]:
-    """``(slices, keep, starts)``: the component's slices with the stopped flows of slices
-    ``which`` taken out, ``keep`` as given and the first flow of each slice."""
-    out, starts, n, wset = [], [], 0, set(which)
-    for j, (tr, lo, hi, act) in enumerate(slices):
-        if j in wset:
-            act = act[keep[lo:hi]]
-            if len(act) == 0:
-                continue
-        out.append((tr, n, n + len(act), act))
-        starts.append(n)
-        n += len(act)
-    return out, keep, np.array(starts, dtype=np.int64)
+def _kept_slices(slices: list, bounds: np.ndarray, nstep: int, which: list[int],
+                 keep: np.ndarray) -> tuple[list, np.ndarray, int]:
+    """``(slices, bounds, nstep)`` of the component with the stopped flows of slices
+    ``which`` taken out (a slice left without flows goes). The other slices stay as they
+    are: the work is the changed slices' and array operations, not a loop over them all."""
+    out = list(slices)
+    lens = np.diff(bounds)
+    empty = []
+    for j in which:
+        tr, act = slices[j]
+        lo = int(bounds[j])
+        act = act[keep[lo:lo + len(act)]]
+        out[j] = (tr, act)
+        lens[j] = len(act)
+        if len(act) == 0:
+            empty.append(j)
+    for j in reversed(empty):
+        nstep -= out[j][0].steps > 1
+        del out[j]
+    if empty:
+        lens = np.delete(lens, empty)
+    new = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=new[1:])
+    return out, new, nstep
 
 
 __all__ = ["Ledger", "shrink"]

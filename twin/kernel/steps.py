@@ -84,10 +84,11 @@ def step_targets_compiled(comp: Component, rate: np.ndarray, rem: np.ndarray | N
     slice order, when the caller has them."""
     slices = comp.slices
     if rem is None:
-        rem = np.concatenate([tr.remaining[act] for tr, _lo, _hi, act in slices])
-    stepped = [(tr, lo, hi) for tr, lo, hi, _act in slices if tr.steps > 1]
-    if not stepped:
+        rem = np.concatenate([tr.remaining[act] for tr, act in slices])
+    if not comp.nstep:
         return rem, None
+    b = comp.bounds.tolist()
+    stepped = [(tr, b[j], b[j + 1]) for j, (tr, _act) in enumerate(slices) if tr.steps > 1]
     ids = tuple(tr.id for tr, _l, _h in stepped)
     statics = comp.statics
     if statics is None or statics[0] != ids:
@@ -102,7 +103,7 @@ def step_targets_compiled(comp: Component, rate: np.ndarray, rem: np.ndarray | N
     has = _compiled().step_targets(
         rate, np.array([lo for _t, lo, _h in stepped], dtype=np.int64),
         np.array([hi for _t, _l, hi in stepped], dtype=np.int64),
-        np.concatenate([act for _tr, _lo, _hi, act in slices]), f_lo,
+        np.concatenate([act for _tr, act in slices]), f_lo,
         np.concatenate([tr.remaining for tr, _l, _h in stepped]), per_step,
         np.concatenate([tr.parked for tr, _l, _h in stepped]), step_size, uniform, target)
     if not has.any():

@@ -181,23 +181,26 @@ class Transfer:
 class Component:
     """Transfers connected through shared links, with their current allocation."""
 
-    __slots__ = ("buf", "busy", "cert", "due", "entry_flow", "fill", "gen", "inv", "last",
-                 "ledger", "offs", "pos", "rate", "slices", "starts", "statics", "target", "tol",
-                 "transfers", "ulinks")
+    __slots__ = ("bounds", "buf", "busy", "cert", "due", "entry_flow", "fill", "gen", "inv",
+                 "last", "ledger", "nstep", "offs", "pos", "rate", "slices", "statics", "target",
+                 "tol", "transfers", "ulinks")
     # busy: seconds the current allocation has run (added to its links' busy time on change)
 
     def __init__(self, now: float):
         self.transfers: dict[int, Transfer] = {}
         self.last = now
         self.gen = 0
-        self.slices: list[tuple[Transfer, int, int, np.ndarray]] = []
+        # (transfer, its active flows) in the order of the allocation's flows; slice j's
+        # flows are bounds[j]:bounds[j + 1] of rate; nstep: slices of stepped transfers
+        self.slices: list[tuple[Transfer, np.ndarray]] = []
+        self.bounds = np.zeros(1, dtype=np.int64)
+        self.nstep = 0
         self.rate = np.empty(0)
         self.entry_flow = np.empty(0, dtype=np.int64)
         self.ulinks = np.empty(0, dtype=np.int64)
         self.inv = np.empty(0, dtype=np.int64)
         self.due = np.empty(0, dtype=bool)
         self.tol = np.empty(0)  # remaining bytes at or below which a flow is done
-        self.starts = np.empty(0, dtype=np.int64)  # first flow of each slice
         self.target = None  # remaining bytes of each flow at its next step end (stepped only)
         # (ids of the stepped transfers, what the compiled step targets take of them that
         # does not change): kept by twin.kernel.steps.step_targets_compiled
@@ -210,6 +213,15 @@ class Component:
         self.fill = -1  # entries of buf in use (-1: buf is one transfer's own array)
         self.offs: dict[int, int] = {}
         self.pos = np.empty(0, dtype=np.int64)
+
+    def set_slices(self, slices: list[tuple[Transfer, np.ndarray]]) -> int:
+        """Hold ``slices`` (transfer, active flows) with their bounds; returns the flows."""
+        self.slices = slices
+        self.bounds = np.zeros(len(slices) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(act) for _tr, act in slices), dtype=np.int64,
+                              count=len(slices)), out=self.bounds[1:])
+        self.nstep = sum(tr.steps > 1 for tr, _act in slices)
+        return int(self.bounds[-1])
 
     def index(self, added: Transfer | None = None, kept: np.ndarray | None = None) -> None:
         """Keep the remaining bytes of the active flows of ``slices`` in one array, so that
@@ -226,7 +238,7 @@ class Component:
         since (a departure: their order is kept, so ``pos`` is the kept part of the last)."""
         slices = self.slices
         if len(slices) == 1:
-            tr, _lo, _hi, act = slices[0]
+            tr, act = slices[0]
             self.buf, self.pos, self.fill = tr.remaining, act, -1
             return
         if kept is not None and self.fill >= 0:
@@ -241,7 +253,7 @@ class Component:
                 added.remaining = buf[at:at + n]
                 self.offs[added.id] = at
                 self.fill = at + n
-                self.pos = np.concatenate([self.pos, slices[-1][3] + at])
+                self.pos = np.concatenate([self.pos, slices[-1][1] + at])
                 return
         if self.fill < 0 or not all(sl[0].remaining.base is buf for sl in slices):
             trs = list(self.transfers.values())
@@ -256,7 +268,7 @@ class Component:
                 o += n
             self.buf, self.offs, self.fill = buf, offs, o
         offs = self.offs
-        acts = [act for _tr, _lo, _hi, act in slices]
+        acts = [act for _tr, act in slices]
         self.pos = np.concatenate(acts) + np.repeat(
             np.fromiter((offs[sl[0].id] for sl in slices), dtype=np.int64, count=len(slices)),
             np.fromiter((len(a) for a in acts), dtype=np.int64, count=len(acts)))
