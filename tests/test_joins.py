@@ -94,7 +94,7 @@ def test_the_compiled_ledger_totals_are_the_same_to_the_bit():
 
     rng = np.random.default_rng(3)
     for _ in range(40):
-        n_flows, n_links = int(rng.integers(1, 30)), int(rng.integers(1, 20))
+        n_flows, n_links = int(rng.integers(1, 30)), int(rng.choice([5, 20, 300]))
         ef = np.repeat(np.arange(n_flows), rng.integers(1, 6, n_flows)).astype(np.int64)
         inv = rng.integers(0, n_links, len(ef)).astype(np.int64)
         inv[:n_links] = np.arange(min(n_links, len(ef)))
@@ -107,6 +107,32 @@ def test_the_compiled_ledger_totals_are_the_same_to_the_bit():
         for name in ("load", "top", "count"):
             assert getattr(a, name)[:n].tolist() == getattr(b, name)[:n].tolist()
         assert a.count[:n].tolist() == np.bincount(inv, minlength=n).tolist()
+
+
+def test_a_ledger_grows_and_gives_busy_seconds_to_the_links_it_frees():
+    """Flows 0 (link 0) and 1 (links 0, 1) hold 1/2 each (link 0 of cap 1). A flow joining
+    at busy clock 2 s on 149 fresh links of cap 10 gets 10 (the ledger grows past its first
+    64 slots, keeping the old ones); leaving at busy clock 5 s, each of its links gets 3 busy
+    seconds and its slot is emptied, and the old links are as they were."""
+    cap = np.full(200, 10.0)
+    cap[0] = 1.0
+    lid, lown = np.zeros(200, dtype=np.int64), np.full(200, -1, dtype=np.int64)
+    led = Ledger(3, lid, lown, np.array([0, 1]), np.array([0, 0, 1]), np.array([0, 1, 1]),
+                 np.array([0.5, 0.5]))
+    links = np.arange(2, 151)
+    got = led.join(np.zeros(len(links), dtype=np.int64), links, 1, cap, 2.0)
+    assert got is not None and got[0].tolist() == [10.0] and 2 <= got[1][0] <= 150
+    assert led.n == 151 and len(led.gl) >= 151
+    assert led.gl[:led.n].tolist() == list(range(151))
+    assert (lid[links] == np.arange(2, 151)).all() and (lown[:151] == 3).all()
+    assert led.load[:3].tolist() == [1.0, 0.5, 10.0] and led.count[:3].tolist() == [2, 1, 1]
+    busy = np.zeros(200)
+    led.leave(links, np.full(len(links), 10.0), busy, 5.0)
+    assert busy[links].tolist() == [3.0] * len(links) and busy[:2].tolist() == [0.0, 0.0]
+    assert (led.load[2:151] == 0.0).all() and (led.count[2:151] == 0).all()
+    assert led.load[:2].tolist() == [1.0, 0.5] and led.count[:2].tolist() == [2, 1]
+    led.flush(busy, 6.0)  # the old links, crossed since the ledger began (clock 0)
+    assert busy[:2].tolist() == [6.0, 6.0] and busy[links].tolist() == [3.0] * len(links)
 
 
 def test_a_flow_crossing_a_link_twice_counts_twice():
