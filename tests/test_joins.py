@@ -42,6 +42,23 @@ def test_a_flow_on_spare_links_keeps_the_rates_and_gets_the_spare():
     assert held.tolist() == [1]
 
 
+def test_joins_that_must_be_kept_are_kept():
+    """The check accepts what it must, not only what is safe to refuse (a refusal costs a
+    solve but gives the same rates, so the engine tests cannot see it): a flow on link 0
+    alone (its bottleneck has id 0) at a rate below 1 B/s, and two flows on spare links
+    (the progressive filling of several flows)."""
+    got = _extend([[1]], [[0]], np.array([0.5, 1.0]))
+    assert got is not None and got[0].tolist() == [1.0, 0.5] and got[1].tolist() == [0]
+    got = _extend([[0], [0, 1]], [[1], [2, 3]], np.array([1.0, 10.0, 4.0, 6.0]))
+    assert got is not None and got[0].tolist() == pytest.approx([0.5, 0.5, 9.5, 4.0])
+    assert got[1].tolist() == [1, 2]
+
+
+def test_a_flow_on_links_that_never_bind_is_left_to_the_full_solve():
+    """Links of infinite capacity give a joining flow an infinite rate: not a rate to keep."""
+    assert _extend([[0]], [[1]], np.array([1.0, np.inf])) is None
+
+
 def test_a_flow_that_takes_from_old_flows_is_left_to_the_full_solve():
     """A new flow on the saturated link 0 would take a share of it from flows 0 and 1 (all
     three get 1/3): keeping their rates would be wrong, so ``extend`` declines; and a new
@@ -130,6 +147,7 @@ def test_a_ledger_grows_and_gives_busy_seconds_to_the_links_it_frees():
     led.leave(links, np.full(len(links), 10.0), busy, 5.0)
     assert busy[links].tolist() == [3.0] * len(links) and busy[:2].tolist() == [0.0, 0.0]
     assert (led.load[2:151] == 0.0).all() and (led.count[2:151] == 0).all()
+    assert (led.top[2:151] == 0.0).all()
     assert led.load[:2].tolist() == [1.0, 0.5] and led.count[:2].tolist() == [2, 1]
     led.flush(busy, 6.0)  # the old links, crossed since the ledger began (clock 0)
     assert busy[:2].tolist() == [6.0, 6.0] and busy[links].tolist() == [3.0] * len(links)
@@ -247,6 +265,34 @@ def _check_ledger(net: flows.FlowNetwork) -> int:
             assert led.load[i] == pytest.approx(load[lk], rel=1e-12)
             assert led.top[i] >= fastest[lk]
     return seen
+
+
+def test_two_transfers_ending_together_leave_the_ledger_as_fresh_sums(monkeypatch):
+    """A departure of flows of two transfers at once: transfer L has seven flows, L0 alone
+    on link 0 (cap 1), L1 on links 1-2 and L2 on 3-4 (bottlenecks 1 and 3, cap 1), L3-L6 on
+    links 5-8; M and N share links 5 and 6; A (links 2, 10) and B (4, 11) take 9 each of the
+    capacity 10 of links 2 and 4 and end together at 1 s. Every kept flow's bottleneck
+    (link 0 among them) is untouched, so the departure keeps the rates, and the ledger is
+    then the fresh sums."""
+    monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
+    keep = flows.FlowNetwork._keep
+    kept_at = []
+
+    def checking(self, comp, got, *args, **kw):
+        keep(self, comp, got, *args, **kw)
+        if kw.get("kept") is not None:
+            kept_at.append((self.env.now, _check_ledger(self)))
+
+    monkeypatch.setattr(flows.FlowNetwork, "_keep", checking)
+    cap = [1.0, 1.0, 10.0, 1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 0.0, 9.0, 9.0]
+    long = dict(start=0.0, routes=[[0], [1, 2], [3, 4], [5], [6], [7], [8]],
+                sizes=[100.0] * 7)
+    ends, _net = ref.engine_run(cap, [long, dict(start=0.0, routes=[[5]], sizes=[50.0]),
+                                      dict(start=0.0, routes=[[6]], sizes=[50.0]),
+                                      dict(start=0.0, routes=[[2, 10]], sizes=[9.0]),
+                                      dict(start=0.0, routes=[[4, 11]], sizes=[9.0])])
+    assert ends[3:] == pytest.approx([1.0, 1.0])
+    assert (1.0, 1) in [(pytest.approx(t), n) for t, n in kept_at]
 
 
 def test_the_ledger_is_the_sum_of_its_flows_after_every_kept_change(monkeypatch):
