@@ -486,7 +486,8 @@ class FlowNetwork:
             if cert is not None:  # (as link ids: the ledger's slots are not ulinks' order)
                 cert = np.where(cert >= 0, ulinks[cert], -1)
             if key is not None and len(self._allocs) < self.alloc_cache_size:
-                size = rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
+                size = (rate.nbytes + entry_flow.nbytes + ulinks.nbytes + inv.nbytes
+                        + (0 if cert is None else cert.nbytes))
                 if self._alloc_bytes + size <= self.alloc_cache_bytes:
                     self._allocs[key] = (rate, entry_flow, ulinks, inv, cert)
                     self._alloc_bytes += size

@@ -47,10 +47,10 @@ class Ledger:
     A component's links have *slots* ``0..n-1`` (``gl[slot]``: the link id). Per slot:
     ``load``, bytes/s (the sum of the rates of the entries on it, each entry once: a flow
     crossing the link twice counts twice), ``top``, bytes/s (at least the largest rate on it:
-    exact after a join, an upper bound after departures, which do not lower it), ``count``
-    (entries on it) and ``since``, s (the component's busy clock when the link last became
-    crossed; see :meth:`flush`). A slot whose count fell to 0 stays, unused, until the
-    component is solved again.
+    the largest since the solve, as departures do not lower it), ``count`` (entries on it)
+    and ``since``, s (the component's busy clock when the link last became crossed; see
+    :meth:`flush`). A slot whose count fell to 0 stays until the component is solved again
+    (a later join over its link uses it again).
 
     The network's tables ``lid`` (slot of each link) and ``lown`` (serial of the ledger that
     owns it) map link ids to slots in a few array operations; a link belongs to at most one
