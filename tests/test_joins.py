@@ -211,6 +211,48 @@ def test_the_engine_keeping_rates_equals_every_change_solved(monkeypatch, jit):
     assert sum(net.shrinks for _e, net in runs[True]) > 0
 
 
+def _wide(seed: int) -> list[dict]:
+    """Transfers of 1-4 flows on routes of 3-12 of 240 links, started over 6 s: components
+    of hundreds of links that merge, split and hand links to each other."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(60):
+        k = int(rng.integers(1, 5))
+        out.append(dict(start=float(rng.uniform(0, 6)), steps=int(rng.integers(1, 4)),
+                        routes=[rng.choice(240, int(rng.integers(3, 13)), replace=False).tolist()
+                                for _ in range(k)],
+                        sizes=rng.uniform(5, 60, k).tolist(), latency=0.001))
+    return out
+
+
+def test_keeping_rates_on_a_wide_network_equals_every_change_solved(monkeypatch):
+    """As above on 240 links, with ledgers of more than 64 slots (one grows over these
+    seeds) and links passing from one component to another; the ledgers checked against
+    fresh sums after every kept change."""
+    monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
+    keep = flows.FlowNetwork._keep
+    grown = []
+
+    def checking(self, comp, got, *args, **kw):
+        keep(self, comp, got, *args, **kw)
+        _check_ledger(self)
+        grown.append(comp.ledger is not None and len(comp.ledger.gl) > 64)
+
+    cap = np.random.default_rng(1).choice([4.0, 10.0, 25.0], 240).tolist()
+    for seed in range(3):
+        monkeypatch.setattr(flows.FlowNetwork, "_keep", keep)
+        monkeypatch.setattr(flows.FlowNetwork, "keep_rates", False)
+        off_ends, off = ref.engine_run(cap, _wide(seed))
+        monkeypatch.setattr(flows.FlowNetwork, "_keep", checking)
+        monkeypatch.setattr(flows.FlowNetwork, "keep_rates", True)
+        on_ends, on = ref.engine_run(cap, _wide(seed))
+        assert on_ends == pytest.approx(off_ends, rel=1e-12)
+        assert on.link_bytes == pytest.approx(off.link_bytes, rel=1e-12)
+        assert on.link_busy == pytest.approx(off.link_busy, rel=1e-12)
+        assert on.extensions > 0 and on.shrinks > 0
+    assert any(grown)
+
+
 def test_the_engine_keeping_rates_matches_the_fluid_reference(monkeypatch):
     """And against the plain fluid simulation (its own water-filling at every event)."""
     monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
