@@ -648,6 +648,39 @@ def test_a_transfer_whose_last_flow_resumes_on_an_empty_route_is_done_at_once():
     assert net.link_bytes[0] == pytest.approx(10.0, rel=1e-12)
 
 
+def test_a_transfer_waits_for_a_cut_flow_while_another_resumes_on_an_empty_route():
+    """Flows 0 (20 B on link 0, 10 B/s) and 1 (2 B on link 2, 4 B/s) are both cut at 0.3 s,
+    with 17 B and 0.8 B left. Flow 0 resumes on an empty route at 1 s (delivered then), but
+    flow 1 is still cut: the transfer is not done until flow 1, resumed over link 3 (6 B/s)
+    at 2 s, has sent its 0.8 B, at 2 + 0.8 / 6 s."""
+    ends, net = engine_run(CAP, [dict(start=0.0, routes=[[0], [2]], sizes=[20.0, 2.0])],
+                           cuts=[(0.3, 0, 0, 1.0, []), (0.3, 0, 1, 2.0, [3])])
+    assert ends[0] == pytest.approx(2.0 + 0.8 / 6.0, rel=1e-12)
+    assert net.link_bytes[[0, 2, 3]] == pytest.approx([3.0, 1.2, 0.8], rel=1e-12)
+
+
+def test_a_transfer_partly_sent_outside_the_engine_sends_the_rest_and_counts_every_byte():
+    """A 100 B transfer over link 0 (10 B/s) started at 1 s that already ran 3 s outside the
+    engine and delivered 30% of its bytes (``done_fraction``, ``busy_s``): its other 70 B take
+    7 s, so it completes at 8 s; link 0 is counted 3 + 7 = 10 s busy and all 100 B."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.asarray(CAP, dtype=float))
+    ends = []
+
+    def body():
+        yield env.timeout(1.0)
+        tr = net.transfer([[0]], [100.0], done_fraction=0.3, busy_s=3.0)
+        yield tr.done
+        ends.append(env.now)
+
+    env.process(body())
+    env.run()
+    net.sync()
+    assert ends == pytest.approx([8.0], rel=1e-12)
+    assert net.link_busy[0] == pytest.approx(10.0, rel=1e-12)
+    assert net.link_bytes[0] == pytest.approx(100.0, rel=1e-12)
+
+
 def test_sub_byte_steps_that_drift_apart_keep_the_barrier():
     """Two flows of 0.002 B in 2 steps (steps of 1 mB) on links 0 and 1 (10 B/s each); a
     5e-7 B transfer on link 1 halves flow 1's rate until it ends at 1e-7 s, leaving flow 1
