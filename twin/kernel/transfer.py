@@ -184,7 +184,8 @@ class Component:
     __slots__ = ("bounds", "buf", "busy", "cert", "due", "entry_flow", "fill", "gen", "inv",
                  "last", "ledger", "nstep", "offs", "pos", "rate", "slices", "statics", "target",
                  "tol", "transfers", "ulinks")
-    # busy: seconds the current allocation has run (added to its links' busy time on change)
+    # busy: seconds the current allocation has run (added to its links' busy time on change;
+    # with a ledger, the clock its links' busy time is read from: joins.Ledger.flush)
 
     def __init__(self, now: float):
         self.transfers: dict[int, Transfer] = {}
@@ -196,6 +197,8 @@ class Component:
         self.bounds = np.zeros(1, dtype=np.int64)
         self.nstep = 0
         self.rate = np.empty(0)
+        # the last solve's (flow, link) entries and links: out of date once a ledger keeps
+        # the component through joins and departures (twin.kernel.joins.Ledger)
         self.entry_flow = np.empty(0, dtype=np.int64)
         self.ulinks = np.empty(0, dtype=np.int64)
         self.inv = np.empty(0, dtype=np.int64)
