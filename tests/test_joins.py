@@ -126,6 +126,62 @@ def test_the_compiled_ledger_totals_are_the_same_to_the_bit():
         assert a.count[:n].tolist() == np.bincount(inv, minlength=n).tolist()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_ledger_joins_and_leaves_to_the_bit(seed):
+    """``maxmin_jit.ledger_slots`` / ``ledger_join`` / ``ledger_leave`` against the NumPy
+    ``Ledger``: a random component on 200 links, then 60 random joins (one flow or several,
+    on links already crossed or fresh ones, so that some are kept, some refused and the
+    ledger grows past its first slots) and departures of joined flows. After each, the
+    returned rates and bottlenecks, every slot array, the link tables and the busy seconds
+    are the same bit for bit."""
+    from twin.kernel import maxmin_jit
+
+    rng = np.random.default_rng(seed)
+    n_links = 200
+    cap = rng.choice([1.0, 4.0, 10.0, 25.0], n_links) * rng.uniform(0.5, 2.0, n_links)
+    old = [sorted(set(rng.integers(0, 12, int(rng.integers(1, 4))).tolist())) for _ in range(6)]
+    rate = np.array(ref.water_fill(old, cap.tolist()))
+    ef, el = _entries(old)
+    ulinks, inv = np.unique(el, return_inverse=True)
+    tables = [(np.zeros(n_links, dtype=np.int64), np.full(n_links, -1, dtype=np.int64))
+              for _ in "ab"]
+    a = Ledger(5, *tables[0], ulinks, inv, ef, rate)
+    b = Ledger(5, *tables[1], ulinks, inv, ef, rate, maxmin_jit)
+    busy = [np.zeros(n_links), np.zeros(n_links)]
+    joined, outcomes = [], set()
+
+    def same():
+        assert a.n == b.n
+        for name in ("gl", "load", "top", "count", "since"):
+            assert getattr(a, name)[:a.n].tolist() == getattr(b, name)[:b.n].tolist(), name
+        assert tables[0][0].tolist() == tables[1][0].tolist()
+        assert tables[0][1].tolist() == tables[1][1].tolist()
+        assert busy[0].tolist() == busy[1].tolist()
+
+    for step in range(60):
+        clock = 0.5 * step
+        if joined and rng.random() < 0.3:
+            links, rates = joined.pop(int(rng.integers(0, len(joined))))
+            a.leave(links, rates, busy[0], clock)
+            b.leave(links, rates, busy[1], clock)
+            same()
+            continue
+        hi = 12 if rng.random() < 0.4 else n_links
+        routes = [rng.choice(hi, int(rng.integers(1, 6)), replace=False).tolist()
+                  for _ in range(int(rng.integers(1, 4)))]
+        local, links = _entries(routes)
+        got_a = a.join(local, links, len(routes), cap, clock)
+        got_b = b.join(local, links, len(routes), cap, clock)
+        outcomes.add((got_a is None, len(routes) == 1))
+        assert (got_a is None) == (got_b is None)
+        if got_a is not None:
+            assert got_a[0].tolist() == got_b[0].tolist()
+            assert got_a[1].tolist() == got_b[1].tolist()
+            joined.append((links, got_a[0][local]))
+        same()
+    assert len(outcomes) == 4 and len(a.gl) > 64  # kept and refused, one flow and several
+
+
 def test_a_ledger_grows_and_gives_busy_seconds_to_the_links_it_frees():
     """Flows 0 (link 0) and 1 (links 0, 1) hold 1/2 each (link 0 of cap 1). A flow joining
     at busy clock 2 s on 149 fresh links of cap 10 gets 10 (the ledger grows past its first

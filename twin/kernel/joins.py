@@ -61,7 +61,7 @@ class Ledger:
     slot that no entry crosses any more is reset to exactly 0.
     """
 
-    __slots__ = ("count", "gl", "lid", "load", "lown", "n", "serial", "since", "top")
+    __slots__ = ("count", "gl", "jit", "lid", "load", "lown", "n", "serial", "since", "top")
 
     def __init__(self, serial: int, lid: np.ndarray, lown: np.ndarray, ulinks: np.ndarray,
                  inv: np.ndarray, entry_flow: np.ndarray, rate: np.ndarray,
@@ -69,9 +69,11 @@ class Ledger:
         """From a solved component: its ``ulinks``, each entry's index ``inv`` into them and
         flow ``entry_flow``, the flows' ``rate`` (bytes/s). Every link of ``ulinks`` is
         crossed, and its busy clock starts at 0 (the solve flushed the component's busy
-        time). ``jit``: ``twin.kernel.maxmin_jit`` to sum the entries in one compiled pass
-        (``link_totals``: the same additions in the same order), or None for NumPy."""
+        time). ``jit``: ``twin.kernel.maxmin_jit`` to sum the entries, and later to join and
+        leave, in compiled passes (``link_totals``, ``ledger_slots``, ``ledger_join``,
+        ``ledger_leave``: the same operations in the same order), or None for NumPy."""
         n = len(ulinks)
+        self.jit = jit
         size = max(2 * n, 64)
         self.serial, self.lid, self.lown, self.n = serial, lid, lown, n
         self.gl = np.empty(size, dtype=np.int64)
@@ -90,6 +92,15 @@ class Ledger:
         lid[ulinks] = np.arange(n)
         lown[ulinks] = serial
 
+    def _grow(self, need: int) -> None:
+        """Room for ``need`` slots (twice that, so that growth is rare)."""
+        n, size = self.n, 2 * need
+        for name in ("gl", "load", "top", "count", "since"):
+            old = getattr(self, name)
+            arr = np.zeros(size, dtype=old.dtype)
+            arr[:n] = old[:n]
+            setattr(self, name, arr)
+
     def _slots(self, links: np.ndarray) -> np.ndarray:
         """The slots of ``links``, new slots (all zero) for the links not here yet."""
         idx = np.where(self.lown[links] == self.serial, self.lid[links], -1)
@@ -98,12 +109,7 @@ class Ledger:
             new, inv = np.unique(links[fresh], return_inverse=True)
             n, k = self.n, len(new)
             if n + k > len(self.gl):
-                size = 2 * (n + k)
-                for name in ("gl", "load", "top", "count", "since"):
-                    old = getattr(self, name)
-                    arr = np.zeros(size, dtype=old.dtype)
-                    arr[:n] = old[:n]
-                    setattr(self, name, arr)
+                self._grow(n + k)
             self.gl[n:n + k] = new
             self.lid[new] = np.arange(n, n + k)
             self.lown[new] = self.serial
@@ -126,6 +132,9 @@ class Ledger:
             ``(rate, bottleneck)``: the new flows' rates, bytes/s, and for each a link id
             it saturates with no faster flow on it. The ledger then counts them.
         """
+        jit = self.jit
+        if jit is not None:
+            return self._join_compiled(jit, local, links, n_new, capacity, busy)
         idx = self._slots(links)
         sub, sub_inv = np.unique(idx, return_inverse=True)  # the slots the new flows cross
         cap = capacity[self.gl[sub]]
@@ -153,11 +162,37 @@ class Ledger:
         self.count[sub] = count + np.bincount(sub_inv, minlength=len(sub))
         return y, held
 
+    def _join_compiled(self, jit: ModuleType, local: np.ndarray, links: np.ndarray, n_new: int,
+                       capacity: np.ndarray, busy: float
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`join` in two compiled passes (the same operations in the same order)."""
+        sub, sub_inv, n = jit.ledger_slots(links, self.lid, self.lown, self.serial, self.gl,
+                                           self.n)
+        if n > len(self.gl):  # no room for the new slots: nothing was written
+            self._grow(n)
+            sub, sub_inv, n = jit.ledger_slots(links, self.lid, self.lown, self.serial,
+                                               self.gl, self.n)
+        self.n = n
+        if n_new == 1:
+            y = np.empty(1)
+        else:
+            rem = np.maximum(capacity[self.gl[sub]] - self.load[sub], 0.0)
+            y = _max_min_local(local, sub_inv, n_new, rem)
+        held = np.full(n_new, -1, dtype=np.int64)
+        if not jit.ledger_join(local, links, sub, sub_inv, y, capacity, self.gl, self.load,
+                               self.top, self.count, self.since, busy, _TOL, n_new == 1, held):
+            return None
+        return y, held
+
     def leave(self, links: np.ndarray, rates: np.ndarray, link_busy: np.ndarray,
               busy: float) -> None:
         """Take entries on ``links`` (ids, all crossed here) of rates ``rates`` out; a link
         no entry crosses any more gets its busy seconds (``busy`` - its ``since``) added to
         ``link_busy``."""
+        if self.jit is not None:
+            self.jit.ledger_leave(links, rates, self.lid, self.gl, self.load, self.top,
+                                  self.count, self.since, link_busy, busy)
+            return
         u, inv = np.unique(self.lid[links], return_inverse=True)
         self.load[u] -= np.bincount(inv, weights=rates, minlength=len(u))
         self.count[u] -= np.bincount(inv, minlength=len(u))

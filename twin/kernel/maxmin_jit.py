@@ -345,3 +345,125 @@ def link_totals(inv: np.ndarray, entry_flow: np.ndarray, rate: np.ndarray,
             top[lk] = r
         count[lk] += 1
     return load, top, count
+
+
+@numba.njit(cache=True, nogil=True)
+def ledger_slots(links: np.ndarray, lid: np.ndarray, lown: np.ndarray, serial: int,
+                 gl: np.ndarray, n: int) -> tuple:  # pragma: no cover - compiled
+    """``(sub, sub_inv, n)`` of ``Ledger.join``: the slots ``links`` cross (sorted, as
+    ``np.unique``), each entry's index into them, and the ledger's new slot count. A link
+    without a slot gets one, in increasing link order from ``n`` (``Ledger._slots``). When
+    ``gl`` has no room for them, nothing is written and ``sub`` is empty with the count that
+    needs room: the caller grows the ledger and asks again."""
+    m = links.size
+    idx = np.empty(m, dtype=np.int64)
+    fresh = np.empty(m, dtype=np.int64)
+    nf = 0
+    for e in range(m):
+        lk = links[e]
+        if lown[lk] == serial:
+            idx[e] = lid[lk]
+        else:
+            idx[e] = -1
+            fresh[nf] = lk
+            nf += 1
+    if nf:
+        new = np.unique(fresh[:nf])
+        k = new.size
+        if n + k > gl.size:
+            return idx[:0], idx[:0], n + k
+        for j in range(k):
+            gl[n + j] = new[j]
+            lid[new[j]] = n + j
+            lown[new[j]] = serial
+        for e in range(m):
+            if idx[e] < 0:
+                idx[e] = lid[links[e]]
+        n += k
+    sub = np.unique(idx)
+    return sub, np.searchsorted(sub, idx), n
+
+
+@numba.njit(cache=True, nogil=True)
+def ledger_join(local: np.ndarray, links: np.ndarray, sub: np.ndarray, sub_inv: np.ndarray,
+                y: np.ndarray, capacity: np.ndarray, gl: np.ndarray, load: np.ndarray,
+                top: np.ndarray, count: np.ndarray, since: np.ndarray, busy: float,
+                tol: float, single: bool, held: np.ndarray) -> bool:  # pragma: no cover
+    """The arithmetic of ``Ledger.join`` after its slots (:func:`ledger_slots`), in the same
+    operations and order: with ``single`` (one new flow), its rate is worked out here into
+    ``y[0]`` (the progressive filling's one level), else ``y`` holds the new flows' rates.
+    True, the ledger updated and ``held`` (-1 on entry) holding each flow's bottleneck link
+    id, when every new flow has a bottleneck; else False and the ledger as it was."""
+    ns = sub.size
+    cap = np.empty(ns)
+    cnt = np.zeros(ns, dtype=np.int64)
+    for s in range(ns):
+        cap[s] = capacity[gl[sub[s]]]
+    for e in range(sub_inv.size):
+        cnt[sub_inv[e]] += 1
+    if single:
+        lvl = math.inf
+        for s in range(ns):
+            r = cap[s] - load[sub[s]]
+            if r < 0.0:
+                r = 0.0
+            r = r / cnt[s]
+            if r < lvl or r != r:
+                lvl = r
+        y[0] = lvl
+    for i in range(y.size):
+        if not (math.isfinite(y[i]) and y[i] > 0.0):
+            return False
+    acc = np.zeros(ns)
+    tp = np.empty(ns)
+    for s in range(ns):
+        tp[s] = top[sub[s]]
+    for e in range(sub_inv.size):
+        s = sub_inv[e]
+        ye = y[local[e]]
+        acc[s] += ye
+        if ye > tp[s]:
+            tp[s] = ye
+    f = 1.0 - tol
+    for e in range(sub_inv.size):
+        s = sub_inv[e]
+        if load[sub[s]] + acc[s] >= cap[s] * f and y[local[e]] >= tp[s] * f:
+            held[local[e]] = links[e]
+    for i in range(held.size):
+        if held[i] < 0:
+            return False
+    for s in range(ns):
+        k = sub[s]
+        load[k] = load[k] + acc[s]
+        top[k] = tp[s]
+        if count[k] == 0:
+            since[k] = busy
+        count[k] += cnt[s]
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def ledger_leave(links: np.ndarray, rates: np.ndarray, lid: np.ndarray, gl: np.ndarray,
+                 load: np.ndarray, top: np.ndarray, count: np.ndarray, since: np.ndarray,
+                 link_busy: np.ndarray, busy: float) -> None:  # pragma: no cover - compiled
+    """``Ledger.leave`` in one pass: the same sums per slot (entry order, as
+    ``np.bincount`` adds them) taken off the loads."""
+    m = links.size
+    idx = np.empty(m, dtype=np.int64)
+    for e in range(m):
+        idx[e] = lid[links[e]]
+    u = np.unique(idx)
+    inv = np.searchsorted(u, idx)
+    acc = np.zeros(u.size)
+    cnt = np.zeros(u.size, dtype=np.int64)
+    for e in range(m):
+        acc[inv[e]] += rates[e]
+        cnt[inv[e]] += 1
+    for j in range(u.size):
+        k = u[j]
+        load[k] -= acc[j]
+        count[k] -= cnt[j]
+        if count[k] == 0:
+            link_busy[gl[k]] += busy - since[k]
+            load[k] = 0.0
+            top[k] = 0.0
