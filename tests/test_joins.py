@@ -54,6 +54,45 @@ def test_joins_that_must_be_kept_are_kept():
     assert got[1].tolist() == [1, 2]
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_join_that_saturates_its_link_only_to_rounding_is_kept(compiled):
+    """An old flow held at 1.2605651854566955 by link 1 also crosses link 0 (cap
+    6.78064926639201); a lock-step ring crossing link 0 three times gets a third of what is
+    left. Its three shares and the old load add up to 8.9e-16 below the capacity in floating
+    point (worked out here), yet the link is saturated: the join is kept, within the
+    tolerance, by the NumPy and the compiled ledger."""
+    from twin.kernel import maxmin_jit
+
+    cap = np.array([6.78064926639201, 1.2605651854566955])
+    y = (cap[0] - cap[1]) / 3
+    assert cap[1] + (y + y + y) < cap[0]  # the rounding the tolerance is there for
+    lid, lown = np.zeros(2, dtype=np.int64), np.full(2, -1, dtype=np.int64)
+    led = Ledger(2, lid, lown, np.array([0, 1]), np.array([0, 1]), np.array([0, 0]),
+                 cap[1:], maxmin_jit if compiled else None)
+    got = led.join(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), 1, cap, 0.0)
+    assert got is not None and got[0].tolist() == [y] and got[1].tolist() == [0]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_join_a_rounding_slower_than_an_old_flow_on_its_link_is_kept(compiled):
+    """An old flow held at r by link 1 (cap r) also crosses link 0, of capacity one unit in
+    the last place below 2 r. A new flow on link 0 gets the rest, r less that unit (an exact
+    subtraction): slower than the old flow there by rounding only, so link 0 is its
+    bottleneck within the tolerance and the join is kept (the exact filling gives both
+    r - ulp / 2: the same rates to rounding)."""
+    from twin.kernel import maxmin_jit
+
+    r = 1.2605651854566955
+    cap = np.array([np.nextafter(2 * r, 0.0), r])
+    y = cap[0] - r
+    assert y < r and y == r - (2 * r - cap[0])
+    lid, lown = np.zeros(2, dtype=np.int64), np.full(2, -1, dtype=np.int64)
+    led = Ledger(2, lid, lown, np.array([0, 1]), np.array([0, 1]), np.array([0, 0]),
+                 np.array([r]), maxmin_jit if compiled else None)
+    got = led.join(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), 1, cap, 0.0)
+    assert got is not None and got[0].tolist() == [y] and got[1].tolist() == [0]
+
+
 def test_a_flow_on_links_that_never_bind_is_left_to_the_full_solve():
     """Links of infinite capacity give a joining flow an infinite rate: not a rate to keep."""
     assert _extend([[0]], [[1]], np.array([1.0, np.inf])) is None
