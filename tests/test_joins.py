@@ -18,15 +18,20 @@ def _entries(routes: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ef, el
 
 
-def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray):
+def _extend(old: list[list[int]], new: list[list[int]], cap: np.ndarray,
+            compiled: bool = False):
     """``Ledger.join`` of ``new`` to the component of ``old`` flows (rates from the
-    reference): ``(every rate, the new flows' bottleneck links)`` or None."""
+    reference): ``(every rate, the new flows' bottleneck links)`` or None. ``compiled``:
+    the ledger's compiled forms (``twin.kernel.maxmin_jit``)."""
+    from twin.kernel import maxmin_jit
+
     rate = np.array(ref.water_fill(old, cap.tolist()))
     ef, el = _entries(old)
     ulinks, inv = np.unique(el, return_inverse=True)
     local, links = _entries(new)
     lid, lown = np.zeros(len(cap), dtype=np.int64), np.full(len(cap), -1, dtype=np.int64)
-    got = Ledger(7, lid, lown, ulinks, inv, ef, rate).join(local, links, len(new), cap, 0.0)
+    got = Ledger(7, lid, lown, ulinks, inv, ef, rate, maxmin_jit if compiled else None).join(
+        local, links, len(new), cap, 0.0)
     return None if got is None else (np.concatenate([rate, got[0]]), got[1])
 
 
@@ -42,14 +47,15 @@ def test_a_flow_on_spare_links_keeps_the_rates_and_gets_the_spare():
     assert held.tolist() == [1]
 
 
-def test_joins_that_must_be_kept_are_kept():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_joins_that_must_be_kept_are_kept(compiled):
     """The check accepts what it must, not only what is safe to refuse (a refusal costs a
     solve but gives the same rates, so the engine tests cannot see it): a flow on link 0
     alone (its bottleneck has id 0) at a rate below 1 B/s, and two flows on spare links
-    (the progressive filling of several flows)."""
-    got = _extend([[1]], [[0]], np.array([0.5, 1.0]))
+    (the progressive filling of several flows); NumPy and compiled ledgers."""
+    got = _extend([[1]], [[0]], np.array([0.5, 1.0]), compiled)
     assert got is not None and got[0].tolist() == [1.0, 0.5] and got[1].tolist() == [0]
-    got = _extend([[0], [0, 1]], [[1], [2, 3]], np.array([1.0, 10.0, 4.0, 6.0]))
+    got = _extend([[0], [0, 1]], [[1], [2, 3]], np.array([1.0, 10.0, 4.0, 6.0]), compiled)
     assert got is not None and got[0].tolist() == pytest.approx([0.5, 0.5, 9.5, 4.0])
     assert got[1].tolist() == [1, 2]
 
@@ -93,18 +99,23 @@ def test_a_join_a_rounding_slower_than_an_old_flow_on_its_link_is_kept(compiled)
     assert got is not None and got[0].tolist() == [y] and got[1].tolist() == [0]
 
 
-def test_a_flow_on_links_that_never_bind_is_left_to_the_full_solve():
-    """Links of infinite capacity give a joining flow an infinite rate: not a rate to keep."""
-    assert _extend([[0]], [[1]], np.array([1.0, np.inf])) is None
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_flow_on_links_that_never_bind_is_left_to_the_full_solve(compiled):
+    """Links of infinite capacity give a joining flow an infinite rate: not a rate to keep
+    (one flow, and two: the progressive filling's path)."""
+    assert _extend([[0]], [[1]], np.array([1.0, np.inf]), compiled) is None
+    with np.errstate(invalid="ignore"):  # (the filling meets inf - inf on link 1)
+        assert _extend([[0]], [[1], [2]], np.array([1.0, np.inf, 4.0]), compiled) is None
 
 
-def test_a_flow_that_takes_from_old_flows_is_left_to_the_full_solve():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_flow_that_takes_from_old_flows_is_left_to_the_full_solve(compiled):
     """A new flow on the saturated link 0 would take a share of it from flows 0 and 1 (all
     three get 1/3): keeping their rates would be wrong, so ``extend`` declines; and a new
     flow on link 1 slower than flow 1 there (link 1 of cap 0.6 saturated by flow 1's 1/2
     plus its 0.1) would take from flow 1 too."""
-    assert _extend([[0], [0, 1]], [[0]], np.array([1.0, 10.0])) is None
-    assert _extend([[0], [0, 1]], [[1]], np.array([1.0, 0.6])) is None
+    assert _extend([[0], [0, 1]], [[0]], np.array([1.0, 10.0]), compiled) is None
+    assert _extend([[0], [0, 1]], [[1]], np.array([1.0, 0.6]), compiled) is None
 
 
 @pytest.mark.parametrize("seed", range(60))
