@@ -77,8 +77,9 @@ def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     assert off["lockstep_ring_transfers"] == 0 and "lockstep_rings" not in off["shortcuts_used"]
     assert off["iteration_time_s"] == pytest.approx(exact["iteration_time_s"], rel=5e-3)
     # nor with HBM ports (memory.transfer_cap under a contention model): each member's port
-    # follows its own device's blocks, so the members' rates differ
-    d = _scenario(False, **CASES[case])  # (ring_model auto: ports keep the step model)
+    # follows its own device's blocks, so the members' rates differ (the lock-step ring
+    # model runs with ports as its own model: tests/test_lockstep.py)
+    d = _scenario(False, "step", **CASES[case])
     d["simulation"]["compute_jitter_cov"] = 0.05
     d["memory"] = {"model": "frfcfs"}
     d["overlap"] = {"tp_comm": True}

@@ -105,29 +105,53 @@ def test_ring_substeps_count_in_the_event_budget():
 
 
 def test_ring_model_auto_is_lockstep_where_it_applies():
-    """The default (``auto``) runs rings lock-step in the flow model, and the step model
-    where lock-step does not apply (the packet model, HBM ports); the summary says which."""
+    """The default (``auto``) runs rings lock-step in the flow model, HBM ports or not, and
+    the step model in the packet model; the summary says which."""
     d = _scenario("step")
     del d["network"]["ring_model"], d["network"]["ring_substeps"]
     assert load_scenario(d).network.ring_model == "auto"
     assert load_scenario(d).rings == "lockstep"
     d["memory"] = {"model": "frfcfs"}  # (transfer_cap on by default: HBM ports)
-    assert load_scenario(d).rings == "step"
+    assert load_scenario(d).rings == "lockstep"
+    d["network"]["ring_model"] = "lockstep"
+    assert load_scenario(d).rings == "lockstep"
     d.pop("memory")
     d["network"]["model"] = "packet"
+    d["network"]["ring_model"] = "auto"
     assert load_scenario(d).rings == "step"
 
 
-def test_explicit_lockstep_with_hbm_ports_is_refused():
-    """``lockstep`` asked for where it does not run (HBM ports) is an error naming the field,
-    not a silent step model; ``auto`` there runs step."""
-    d = _scenario("lockstep")
+def _ports(ring_model: str, substeps: int = 1) -> dict:
+    """:func:`_scenario` on a 4x4 torus (dp 2) with HBM ports (FR-FCFS, ``transfer_cap``
+    on by default) and overlapped TP chunks: each member's port is capped by its own
+    device's blocks, and with jitter those run out of step, so a ring's members get
+    different rates."""
+    d = _scenario(ring_model, substeps)
+    d["cluster"]["topology"]["shape"] = [4, 4]
+    d["workload"]["parallelism"]["dp"] = 2
+    d["workload"]["global_batch"] = 4
     d["memory"] = {"model": "frfcfs"}
-    with pytest.raises(ScenarioError) as exc:
-        load_scenario(d)
-    assert "network.ring_model" in str(exc.value) and "transfer_cap" in str(exc.value)
-    d["memory"]["transfer_cap"] = False
-    assert load_scenario(d).rings == "lockstep"
+    d["overlap"] = {"tp_comm": True}
+    return d
+
+
+def test_with_hbm_ports_the_step_model_converges_to_lockstep():
+    """The claim of the first test where HBM ports cap the members' rates: the lock-step
+    ring (at its slowest member's port) is the limit of the step model as its barriers get
+    finer."""
+    lock = run(load_scenario(_ports("lockstep"))).summary
+    assert lock["ring_model"] == "lockstep" and lock["lockstep_ring_transfers"] > 0
+    assert lock["hbm_port_capped_s"] > 0 and not lock["symmetry_used"]
+    errors = {}
+    for k in (1, 4, 16):
+        s = run(load_scenario(_ports("step", k))).summary
+        assert s["ring_model"] == "step" and s["lockstep_ring_transfers"] == 0
+        errors[k] = {key: s[key] / lock[key] - 1 for key in ("iteration_time_s", "energy_j")}
+    for key in ("iteration_time_s", "energy_j"):
+        e = [abs(errors[k][key]) for k in (1, 4, 16)]
+        assert e[0] > e[1] > e[2], (key, errors)
+        assert e[2] <= e[0] / 4, (key, errors)
+    assert abs(errors[1]["iteration_time_s"]) > 1e-5  # (the models do differ here)
 
 
 def test_ring_substeps_need_the_step_model():

@@ -170,9 +170,8 @@ def test_a_quotient_run_is_the_run_with_every_flow(name, orbit):
     assert sq["replica_orbit"] == orbit
     assert ("replica_quotient" in sq["shortcuts_used"]) == (orbit > 1)
     assert sf["replica_orbit"] == 1 and "replica_quotient" not in sf["shortcuts_used"]
-    # rings are lock-step by default (ring_model auto), step where asked or with HBM ports
-    assert sq["ring_model"] == sf["ring_model"] == ("step" if name in ("torus", "hbm_ports")
-                                                    else "lockstep")
+    # rings are lock-step by default (ring_model auto, HBM ports too), step where asked
+    assert sq["ring_model"] == sf["ring_model"] == ("step" if name == "torus" else "lockstep")
     assert (sq["lockstep_ring_transfers"] > 0) == (sq["ring_model"] == "lockstep")
     assert sq["lockstep_ring_transfers"] == sf["lockstep_ring_transfers"]
     for key in ("iteration_time_s", "energy_j", "router_energy_j", "link_bytes",

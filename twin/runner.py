@@ -107,7 +107,7 @@ def uses_run_ahead(scen: Scenario, recorder: Recorder) -> bool:
 
 def lockstep_ring_model(scen: Scenario) -> bool:
     """Whether ring collectives run lock-step (``Scenario.rings``: ``network.ring_model``
-    ``lockstep``, or ``auto``, in the flow model without HBM ports), in every mode, on the
+    ``lockstep``, or ``auto``, in the flow model, HBM ports or not), in every mode, on the
     replica quotient too (a lock-step flow of orbit representatives is the full network's
     rings, each lock-step). Faults that cut links resend a cut ring whole
     (``devices.fabric``)."""
@@ -121,7 +121,8 @@ def lockstep_tp_shortcut(scen: Scenario) -> bool:
     model pays an event per ring step on components spanning the cluster; not with HBM
     ports (``transfers_capped``): each member's port is capped by its own device's blocks,
     so the members' rates differ whenever those differ, and lock-step would then change the
-    answer. (Symmetry off also means no replica quotient.)"""
+    step model's answer (the lock-step ring model is its own model: ``Scenario.rings``).
+    (Symmetry off also means no replica quotient.)"""
     return (uses_chaining(scen) and not scen.symmetric and scen.simulation.lockstep_rings
             and not transfers_capped(scen))
 

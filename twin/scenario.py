@@ -116,9 +116,9 @@ class NetworkSpec(StrictModel):
         "chunk per step and wait at a barrier for the slowest (per-step barrier); lockstep: "
         "the members advance together at the slowest one's rate, the limit the step model "
         "reaches as its steps are cut finer (a ring pipelined in small slices, as NCCL sends "
-        "it); flow model only, and not where HBM ports cap transfers (those keep step); "
-        "auto: lockstep where it applies, step elsewhere (the packet model, HBM ports); the "
-        "summary's ring_model says which ran")
+        "it), with HBM ports too (the ring at its slowest member's port); flow model only; "
+        "auto: lockstep in the flow model, step in the packet model; the summary's "
+        "ring_model says which ran")
     ring_substeps: int = Field(
         default=1, ge=1, le=64, description="barriers per ring chunk in the step model "
         "(flow model): each step's chunk is sent in this many barrier-synchronised parts, "
@@ -269,11 +269,11 @@ class Scenario(StrictModel):
     @property
     def rings(self) -> Literal["step", "lockstep"]:
         """The ring model the run uses (``network.ring_model`` with ``auto`` resolved):
-        ``lockstep`` in the flow model unless HBM ports cap transfers
-        (:attr:`transfers_capped`: those keep the step model), else ``step``."""
+        ``lockstep`` in the flow model, HBM ports (:attr:`transfers_capped`) or not: a ring
+        then moves at its slowest member's port; ``step`` in the packet model or where
+        asked for."""
         net = self.network
-        if (net.ring_model in ("auto", "lockstep") and net.model == "flow"
-                and not self.transfers_capped):
+        if net.ring_model in ("auto", "lockstep") and net.model == "flow":
             return "lockstep"
         return "step"
 
@@ -515,11 +515,6 @@ def check_consistency(scen: Scenario) -> list[Problem]:
 
     problems.extend(check_power(scen.power, dev, par.pp))
     problems.extend(_check_inlet(scen))
-    if scen.network.ring_model == "lockstep" and scen.rings != "lockstep":
-        problems.append(Problem(
-            "network.ring_model", f"lockstep rings do not run with HBM ports (memory.model "
-            f"{scen.memory.model} with memory.transfer_cap: each member's port follows its own "
-            "device)", "lockstep", "auto or step, or memory.transfer_cap: false"))
     problems.extend(scen.memory.problems(dev))
     problems.extend(scen.data.problems())
     topo_problems = _check_topology(scen)
