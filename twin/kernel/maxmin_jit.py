@@ -338,13 +338,22 @@ def link_totals(inv: np.ndarray, entry_flow: np.ndarray, rate: np.ndarray,
     top = np.zeros(n_links)
     count = np.zeros(n_links, dtype=np.int64)
     for e in range(inv.size):
+        count[inv[e]] += 1
+    _sum_and_top(inv, entry_flow, rate, load, top)
+    return load, top, count
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_and_top(inv: np.ndarray, owner: np.ndarray, rate: np.ndarray, acc: np.ndarray,
+                 top: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Add each entry's rate ``rate[owner[e]]`` to ``acc[inv[e]]`` in entry order (as
+    ``np.bincount`` adds them) and raise ``top[inv[e]]`` to it."""
+    for e in range(inv.size):
         lk = inv[e]
-        r = rate[entry_flow[e]]
-        load[lk] += r
+        r = rate[owner[e]]
+        acc[lk] += r
         if r > top[lk]:
             top[lk] = r
-        count[lk] += 1
-    return load, top, count
 
 
 @numba.njit(cache=True, nogil=True)
@@ -418,12 +427,7 @@ def ledger_join(local: np.ndarray, links: np.ndarray, sub: np.ndarray, sub_inv: 
     tp = np.empty(ns)
     for s in range(ns):
         tp[s] = top[sub[s]]
-    for e in range(sub_inv.size):
-        s = sub_inv[e]
-        ye = y[local[e]]
-        acc[s] += ye
-        if ye > tp[s]:
-            tp[s] = ye
+    _sum_and_top(sub_inv, local, y, acc, tp)
     f = 1.0 - tol
     for e in range(sub_inv.size):
         s = sub_inv[e]
