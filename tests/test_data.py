@@ -240,6 +240,16 @@ def test_data_path_off_changes_nothing(no_data):
     ({"data": {"enabled": True, "host": "dgx-h100", "storage_gbps": -1}}, "data.storage_gbps"),
     ({"data": {"host": {"base": "dgx-h100", "cpu_cores": 0}}}, "data.host.cpu_cores"),
     ({"data": {"colour": 1}}, "data.colour"),
+    ({"data": {"enabled": True, "host": "dgx-h100", "pcie_switch": "dgx-z9"}},
+     "data.pcie_switch"),
+    # the documented bounds, just past them
+    ({"data": {"workers": 4097}}, "data.workers"),
+    ({"data": {"pcie_gbps": 0.9e-6}}, "data.pcie_gbps"),
+    ({"data": {"storage_gbps": 0.9e-6}}, "data.storage_gbps"),
+    ({"data": {"preprocess_ms_per_sample": 1.5e9}}, "data.preprocess_ms_per_sample"),
+    ({"data": {"prefetch_batches": (1 << 16) + 1}}, "data.prefetch_batches"),
+    ({"data": {"bytes_per_token": 1.5e9}}, "data.bytes_per_token"),
+    ({"data": {"h2d_bytes_per_token": 1.5e9}}, "data.h2d_bytes_per_token"),
 ])
 def test_bad_data_section_names_the_field(override, field):
     from twin.kernel.errors import ScenarioError
@@ -247,6 +257,104 @@ def test_bad_data_section_names_the_field(override, field):
     with pytest.raises(ScenarioError) as exc:
         twin.load_scenario(BASE, override)
     assert field in [p.path for p in exc.value.problems]
+
+
+@pytest.mark.parametrize("data", [
+    {"workers": 4096}, {"pcie_gbps": 1.5e-6}, {"storage_gbps": 1.5e-6},
+    {"preprocess_ms_per_sample": 1e9}, {"prefetch_batches": 1}, {"bytes_per_token": 1e9},
+    {"h2d_bytes_per_token": 1e9}, {"pcie_switch": "dgx-h100"},
+])
+def test_data_section_bounds_are_inclusive(data):
+    """Values at (or just inside) the documented bounds load."""
+    scen = twin.load_scenario(BASE, {"data": {"enabled": True, "host": "dgx-h100", **data}})
+    for k, v in data.items():
+        assert getattr(scen.data, k) == v
+
+
+@pytest.mark.parametrize("vocab, bpt", [(2, 2.0), (1 << 16, 2.0), ((1 << 16) + 1, 4.0),
+                                        (128256, 4.0)])
+def test_token_bytes_default_to_the_smallest_integer_holding_the_vocabulary(vocab, bpt):
+    """Token ids 0 .. vocab - 1 fit in 16 bits up to a vocabulary of 65536."""
+    from workloads.data import DataSpec
+
+    cost = LoadCost.of(DataSpec(), micro_batch=3, seq=100, vocab=vocab)
+    assert cost.read_bytes == 300 * bpt
+    assert cost.h2d_bytes == 300 * 16.0                      # int64 ids and labels
+    assert LoadCost.of(DataSpec(bytes_per_token=1.0), 3, 100, vocab).read_bytes == 300.0
+
+
+def test_rows_name_iteration_and_microbatch():
+    """The trace rows of a 3-microbatch, 2-iteration path: load k is microbatch k mod 3 of
+    iteration k div 3."""
+    env = simpy.Environment()
+    path = DataPath(env, [NodePlan(0, 1, (0,), (0,))], LoadCost(1.0, 1e-3, 1.0),
+                    storage_bps=1e15, pcie_bps=1e15, workers=1, cpu_cores=1, depth=6,
+                    microbatches=3, iterations=2, record=True)
+    env.run()
+    rows = sorted(path.rows, key=lambda r: r[8])
+    assert [(r[4], r[5]) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+
+
+def test_host_copies_per_device_add_up_over_simulated_nodes():
+    """Two simulated nodes of one class, standing for 3 and 1 nodes of one loading rank
+    each: every microbatch puts h2d_bytes on each of the class's 4 loading devices, so the
+    per-device bytes ``on_copied`` books for one microbatch add up to h2d_bytes."""
+    env = simpy.Environment()
+    booked: dict[int, float] = {}
+    calls = []
+
+    def on_copied(cls, t0, t1, nbytes):
+        calls.append((cls, t0, t1, nbytes))
+
+    plans = [NodePlan(0, 3, (0,), (0,)), NodePlan(3, 1, (3,), (0,))]
+    path = DataPath(env, plans, LoadCost(10.0, 0.0, 1000.0), storage_bps=1e6,
+                    pcie_bps=1e6, workers=1, cpu_cores=8, depth=1, microbatches=1,
+                    iterations=1, on_copied=on_copied)
+    env.run()
+    for cls, t0, t1, nbytes in calls:
+        assert cls == 0 and t1 - t0 == pytest.approx(1000.0 / 1e6, rel=1e-12)
+        booked[cls] = booked.get(cls, 0.0) + nbytes
+    assert sorted(c[3] for c in calls) == pytest.approx([250.0, 750.0], rel=1e-12)
+    assert booked == {0: pytest.approx(1000.0, rel=1e-12)}
+    assert path.ready(0, 0, 0).triggered
+
+
+def test_report_of_unequal_nodes_is_the_busiest_node():
+    """Nodes of 4, 4 and 2 loading ranks (symmetry: one of each kind simulated), storage at
+    1 MB/s, workers at 0.5 ms a sample, copies at 57 GB/s: the rate limits are those of a
+    4-rank node, derived from the section; the utilizations are the busiest node's busy
+    time (4 reads per microbatch on it, 1 rank's workers and port) over the makespan."""
+    d = {"enabled": True, "host": "dgx-h100", "gpus_per_node": 4, "workers": 2,
+         "prefetch_batches": 16, "storage_gbps": 1e-3, "preprocess_ms_per_sample": 0.5}
+    s = _run({"data": d}, SYM_BASE).summary
+    rep = s["data_path"]
+    read, h2d, prep = TOKENS * 2.0, TOKENS * 16.0, 0.5e-3    # micro batch 1
+    assert rep["loading_ranks_per_node_max"] == 4
+    lim = rep["rate_limit_microbatches_per_s"]
+    assert lim["storage"] == pytest.approx(1e6 / (4 * read), rel=1e-12)
+    assert lim["cpu"] == pytest.approx(2 / prep, rel=1e-12)          # 8 workers on 112 cores
+    assert lim["pcie"] == pytest.approx(H100_HOST["pcie_h2d_gbps"] * 1e9 / h2d, rel=1e-12)
+    loads = s["microbatches"] * s["iterations"]
+    span = s["makespan_s"]
+    util = rep["utilization"]
+    assert util["storage"] == pytest.approx(loads * 4 * read / 1e6 / span, rel=1e-9)
+    assert util["cpu"] == pytest.approx(loads * prep / 2 / span, rel=1e-9)
+    assert util["pcie"] == pytest.approx(loads * h2d / (H100_HOST["pcie_h2d_gbps"] * 1e9)
+                                         / span, rel=1e-9)
+    assert rep["bottleneck"] == "storage" and util["storage"] > 0.9
+
+
+def test_report_of_an_empty_run_gives_busy_seconds():
+    """A makespan of 0 (nothing ran) does not divide by zero: utilizations are then the
+    busy seconds themselves (0 here)."""
+    env = simpy.Environment()
+    path = DataPath(env, [NodePlan(0, 1, (0,), (0,))], LoadCost(1.0, 0.0, 1.0),
+                    storage_bps=1e6, pcie_bps=1e6, workers=1, cpu_cores=1, depth=1,
+                    microbatches=1, iterations=1)
+    rep = path.report(0.0)
+    assert rep["utilization"] == {"storage": 0.0, "cpu": 0.0, "pcie": 0.0}
+    env.run()
+    assert path.report(0.0)["utilization"]["storage"] == pytest.approx(1e-6, rel=1e-12)
 
 
 def test_twin_validate_data_rows(capsys):

@@ -127,6 +127,42 @@ def test_communication_volume_over_the_fabric(tmp_path, strategy, m):
         assert _sent_per_device(res, tmp_path, "shard_") == pytest.approx(sent, rel=1e-12)
 
 
+def test_zero2_buckets_fill_in_backward_order_and_flush_at_each_microbatch(tmp_path):
+    """DDP's bucketing, by hand: gradients arrive in backward order (head, L3 .. L0,
+    embedding), 2 bytes a parameter; a bucket is reduce-scattered once it holds at least
+    `grad_bucket_mb`, and whatever is left when a microbatch's backward ends goes too. With
+    14 MB buckets: head + L3 + L2 (13.1 MB) is short, + L1 (17.6 MB) goes; L0 + embedding
+    (8.7 MB) goes at the end. Two microbatches: that pair twice. A ring reduce-scatter of n
+    bytes over 8 ranks moves 7 n in all."""
+    s = scen(tmp_path, "zero2", microbatches=2)
+    res = run(load_scenario(s.model_dump(mode="json"), ["workload.grad_bucket_mb=14"]))
+    layer, emb, head = 2.0 * layer_params(), 2.0 * VOCAB * H, 2.0 * (VOCAB * H + H)
+    assert head + 2 * layer < 14e6 <= head + 3 * layer      # the cut worked out above
+    msg = read_table(res.trace_path, "messages")
+    rs = msg[msg["name"] == "shard_reduce_scatter"].sort_values("t_start")
+    assert list(rs["bytes"] / 7) == pytest.approx([head + 3 * layer, layer + emb] * 2,
+                                                  rel=1e-12)
+
+
+def test_full_shard_volume_with_pipeline_stages_of_one_layer(tmp_path):
+    """pp 4 over the 4 layers (stage 1 and 2 hold one layer each, so in 1F1B's warm-up
+    their forward passes of successive microbatches follow each other), dp 2, 4
+    microbatches: every unit is still gathered in forward and in backward and reduce-
+    scattered once per microbatch, 3 m x its 2-byte parameters; a ring over 2 ranks moves
+    half of each buffer per rank, so over all 8 devices 2 x 3 m x 2 Psi / 2."""
+    m = 4
+    d = scenario_dict(workload__model=MODEL, workload__seq_len=256,
+                      workload__global_batch=2 * m, workload__micro_batch=1,
+                      workload__parallelism={"dp": 2, "tp": 1, "pp": 4},
+                      workload__sharding={"strategy": "full_shard"},
+                      network={"dp_algorithm": "ring"})
+    d["trace"] = {"path": str(tmp_path / "pp4.h5"), "tables": ["messages"]}
+    res = run(load_scenario(d))
+    msg = read_table(res.trace_path, "messages")
+    shard = float(msg.loc[msg["name"].astype(str).str.startswith("shard_"), "bytes"].sum())
+    assert shard == pytest.approx(2 * 3 * m * 2.0 * PSI / 2, rel=1e-9)
+
+
 def test_hybrid_shard_volume_inside_and_across_groups(tmp_path):
     """Groups of g = 4 of dp = 8: inside a group the FSDP 3 x 2 Psi (g-1)/g; across the two
     groups an all-reduce of each 1/g gradient shard: 2 (r-1)/r x 2 Psi / g, r = 2."""
