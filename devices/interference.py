@@ -42,7 +42,6 @@ the others: the most streams the controller served at once during a block.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -214,7 +213,6 @@ class DeviceStreams:
                          and latency is None and rng is not None else None)
         self.on_network = on_network
         self.group = max(int(group), 1)
-        self.active: Counter[str] = Counter()
         self._net = 0
         self._h2d = 0
         self._sm = 0
@@ -240,7 +238,6 @@ class DeviceStreams:
     # ------------------------------------------------------------------ streams
     def start(self, kind: str) -> None:
         """A stream of ``kind`` starts on the devices."""
-        self.active[kind] += 1
         if kind == "h2d":
             self._h2d += 1
         else:
@@ -254,7 +251,6 @@ class DeviceStreams:
 
     def end(self, kind: str) -> None:
         """A stream of ``kind`` ends."""
-        self.active[kind] -= 1
         if kind == "h2d":
             self._h2d -= 1
         else:

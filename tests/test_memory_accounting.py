@@ -1,0 +1,209 @@
+"""The HBM contention models' bookkeeping (devices.memory): what a run reports about the
+draws it made, clipping of stream mixes, the transfer caps, and the diagnostic runs' size.
+
+References are independent of the code under test: the draws themselves (a report's mean,
+maximum and block counts are sums and maxima of the values the test received), the
+documented clipping rule (network streams first, at most ``max_streams`` in all), Poisson
+counts (a stationary run of ``n`` requests in all holds ``n`` within a few ``sqrt(n)``), the
+M/M/1 sojourn of an op alone, and work conservation for the transfer caps (an
+oversubscribed FIFO server gives every stream its share of the peak, less than it offers).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from devices.memory import FrfcfsContention, QueueContention, build_memory_model
+from twin.kernel.errors import ScenarioError
+from twin.kernel.queueing import service_distribution
+
+SBAR = 1e-9  # s, mean service time of the synthetic models
+REQ = 5120.0  # device bytes behind one request
+
+
+def queue(op_load=0.4, dma_load=0.1, h2d_load=0.0, **kw):
+    return QueueContention(op_load=op_load, dma_load=dma_load, h2d_load=h2d_load,
+                           bytes_per_request=REQ, entropy=7, batches=16,
+                           service=service_distribution("exponential", mean=SBAR), **kw)
+
+
+# ------------------------------------------------------------------ the report of the draws
+def test_report_of_draws_is_their_weighted_mean_and_maximum():
+    m = queue()
+    rng = np.random.default_rng(3)
+    got = [(k, w, m.draw(2e7, k, rng, weight=w)) for k, w in
+           [(1, 2.0), (2, 1.0), (0, 3.0), (2, 5.0), (1, 1.0), (3, 0.5)]]
+    rep = m.report()
+    total = sum(w for _k, w, _s in got)
+    assert rep["memory_slowdown_mean"] == pytest.approx(
+        sum(w * s for _k, w, s in got) / total, rel=1e-12)
+    assert rep["memory_slowdown_max"] == max(s for *_, s in got)
+    assert rep["memory_contended_fraction"] == pytest.approx(
+        sum(w for k, w, _s in got if k) / total, rel=1e-12)
+    blocks = {lv["k"]: lv["blocks"] for lv in rep["memory_levels"]}
+    assert blocks == {0: 3.0, 1: 3.0, 2: 6.0, 3: 0.5}
+
+
+def test_recorded_slowdowns_count_like_draws():
+    """``record`` / ``record_many`` book ops whose slowdown came from elsewhere (the device
+    streams): the level's block count and mean and the run's maximum are theirs."""
+    m = queue()
+    m.record((2, 0), 1.5, 2.0)
+    m.record_many((2, 0), [1.25, 3.0, 1.0], 0.5)
+    m.record((0, 0), 1.0, 4.0)
+    rep = m.report()
+    (lv0, lv2) = rep["memory_levels"]
+    assert (lv0["k"], lv0["blocks"], lv0["slowdown_mean"]) == (0, 4.0, 1.0)
+    assert lv2["blocks"] == pytest.approx(2.0 + 3 * 0.5)
+    assert lv2["slowdown_mean"] == pytest.approx((2 * 1.5 + 0.5 * 5.25) / 3.5, rel=1e-12)
+    assert rep["memory_slowdown_max"] == 3.0
+    assert rep["memory_slowdown_mean"] == pytest.approx((4 + 3 + 2.625) / 7.5, rel=1e-12)
+
+
+def test_a_block_with_no_transfer_beside_it_is_not_slowed():
+    m = queue()
+    block = SimpleNamespace(bytes=1e8)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    assert m.draw_block(block, 0, rng, weight=2.0, count=3) == 1.0
+    assert rng.bit_generator.state == state                      # nothing drawn
+    lv = m.report()["memory_levels"][0]
+    assert (lv["k"], lv["blocks"], lv["slowdown_mean"]) == (0, 6.0, 1.0)
+    assert m.draw_block(block, 2, rng) >= 1.0 and m._bucket[id(block)] == m.requests_for(1e8)
+
+
+@pytest.mark.parametrize("mix, kept", [((20, 0), (16, 0)), ((10, 10), (10, 6)),
+                                       ((0, 17), (0, 16)), ((9, 7), (9, 7)), (5, (5, 0))])
+def test_clipping_keeps_network_streams_first(mix, kept):
+    m = queue()
+    assert m.clip(mix, 2.0) == kept
+    clipped = sum(mix) > 16 if isinstance(mix, tuple) else mix > 16
+    assert m._clipped == (2.0 if clipped else 0.0)
+
+
+def test_model_refuses_an_op_load_above_the_peak():
+    for bad in (1.5, 0.0):
+        with pytest.raises(ScenarioError) as exc:
+            queue(op_load=bad)
+        assert [p.path for p in exc.value.problems] == ["memory.op.load"]
+    assert queue(op_load=1.0).op_load == 1.0
+
+
+# ------------------------------------------------------------------ transfer caps
+def test_saturated_mix_caps_each_kind_at_its_share():
+    """Op at 0.6 of the peak, 4 network streams at 0.2 and 2 copy streams at 0.15 offer
+    1.7: the FIFO server, never idle while the op runs, gives every request the same chance,
+    so each stream gets about its offered load / 1.7 of the peak; both kinds are capped
+    below what they offer, network streams in all (4 x), copies per stream."""
+    m = queue(op_load=0.6, dma_load=0.2, h2d_load=0.15)
+    peak = REQ / SBAR
+    net, h2d = m.dma_caps((4, 2))
+    offered_net, offered_h2d = m.offered_bytes_per_s()
+    assert (offered_net, offered_h2d) == pytest.approx((0.2 * peak, 0.15 * peak), rel=1e-12)
+    assert net == pytest.approx(4 * 0.2 * peak / 1.7, rel=0.05)
+    assert h2d == pytest.approx(0.15 * peak / 1.7, rel=0.05)
+    # one kind alone, saturated too (0.6 + 3 x 0.2 = 1.2; 0.6 + 3 x 0.15 = 1.05)
+    assert m.dma_caps((3, 0))[0] == pytest.approx(3 * 0.2 * peak / 1.2, rel=0.05)
+    assert m.dma_caps((3, 0))[1] == math.inf
+    only = m.dma_caps((0, 3))
+    assert only[0] == math.inf and only[1] == pytest.approx(0.15 * peak / 1.05, rel=0.05)
+
+
+def test_light_mix_is_not_capped():
+    m = queue(op_load=0.3, dma_load=0.05, h2d_load=0.05)
+    assert m.dma_caps((2, 1)) == (math.inf, math.inf)
+    assert m.dma_caps((0, 0)) == (math.inf, math.inf)
+
+
+# ------------------------------------------------------------------ diagnostic runs
+@pytest.mark.parametrize("op_load, dma_load, k", [(0.5, 0.2, 1), (0.3, 0.1, 4), (0.8, 0.0001, 1)])
+def test_stationary_run_holds_n_requests_in_all(op_load, dma_load, k):
+    """n x op_load / rho of the requests are the op's; the streams' Poisson counts over the
+    op's span make up the rest: n in all, within 6 sqrt(n)."""
+    n = 1 << 14
+    m = queue(op_load=op_load, dma_load=dma_load)
+    times, services, is_op, _res = m.stationary(k, n, np.random.default_rng(5))
+    assert int(is_op.sum()) == round(n * op_load / m.rho(k))
+    assert abs(times.size - n) < 6 * math.sqrt(n)
+    assert np.all(np.diff(times) >= 0) and services.size == times.size
+
+
+def test_fresh_latency_of_an_op_alone_averages_one():
+    """k = 0: the op's own mean sojourn over the mean of its alone batches; the draws
+    average 1 (M/M/1 at the op's load both ways), within 4 standard errors."""
+    m = queue(op_load=0.5)
+    rng = np.random.default_rng(1)
+    x = np.array([m.fresh_latency(256, 0, rng) for _ in range(400)])
+    assert np.all(np.isfinite(x))
+    assert abs(x.mean() - 1.0) < 4 * x.std(ddof=1) / math.sqrt(x.size) + 0.02
+
+
+def test_fresh_batches_laid_end_to_end_start_on_an_empty_server():
+    """Two batches on one axis: the gap before the second batch's first point covers all
+    the work of the first (so it begins on an empty server)."""
+    m = queue(op_load=0.6, dma_load=0.2)
+    n = 64
+    gaps, services, ops = m.fresh_inputs(n, 2, np.random.default_rng(2), 2)
+    start = int(ops[n - 1]) + 1
+    assert gaps[start] >= services[:start].sum()
+
+
+# ------------------------------------------------------------------ the FR-FCFS model
+@pytest.fixture(scope="module")
+def frfcfs_model():
+    from twin.scenario import load_scenario
+
+    from .conftest import scenario_dict
+
+    d = scenario_dict(memory={"model": "frfcfs", "requests_per_batch": 256, "batches": 4})
+    d["trace"] = {"enabled": False}
+    scen = load_scenario(d)
+    dev = scen.cluster.device
+
+    def make(h2d=0.0, op_load=None):
+        spec = scen.memory if op_load is None else scen.memory.model_copy(
+            update={"op": scen.memory.op.model_copy(update={"load": op_load})})
+        return build_memory_model(spec, dev, scen.cluster.link, scen.cluster.links_per_edge,
+                                  np.random.default_rng(0), h2d_bytes_per_s=h2d)
+    return make, dev
+
+
+def test_frfcfs_copy_stream_offers_its_pcie_rate(frfcfs_model):
+    make, dev = frfcfs_model
+    m = make(h2d=25e9)
+    assert isinstance(m, FrfcfsContention)
+    assert m.offered_bytes_per_s()[1] == pytest.approx(25e9, rel=1e-12)
+    assert m.h2d_load == pytest.approx(25e9 / (dev.hbm_bandwidth_gbps * 1e9), rel=1e-12)
+    assert make().offered_bytes_per_s()[1] == 0.0
+
+
+def test_frfcfs_oversubscribed_level_is_unstable(frfcfs_model):
+    make, _dev = frfcfs_model
+    m = make(op_load=0.95)
+    k = math.ceil(0.06 / m.dma_load) + 1          # rho = 0.95 + k dma_load > 1
+    m.table(256, k)
+    lv = m.level(k)
+    assert m.rho(k) >= 1.0 and lv.status == "unstable" and lv.unstable
+    light = make(op_load=0.3)
+    light.table(256, 1)
+    assert light.rho(1) < 1.0 and light.level(1).status != "unstable"
+
+
+def test_frfcfs_level_settles_on_the_relative_standard_error(frfcfs_model):
+    """A level is ``not_settled`` when its slowdown's standard error exceeds 5% of its mean:
+    tables of mean 4 with a 3% and a 7.5% relative standard error (set by hand)."""
+    from devices.memory_results import SlowdownTable
+
+    make, _dev = frfcfs_model
+    base = np.array([-1.0, 1.0] * 8)                  # mean 0, sd 1.033, se 0.258
+    for rel, status in ((0.03, "converged"), (0.075, "not_settled")):
+        m = make(op_load=0.3)
+        samples = 4.0 + base * (rel * 4.0 / (base.std(ddof=1) / 4.0))
+        tab = SlowdownTable(256, 1, samples, (1, 0))
+        assert tab.standard_error / tab.mean == pytest.approx(rel, rel=1e-9)
+        m._tables[(256, (1, 0))] = tab
+        assert m.level(1).status == status

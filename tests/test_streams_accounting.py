@@ -1,0 +1,130 @@
+"""The device agent's bookkeeping (devices.interference.DeviceStreams): stream counts, the
+weights of its statistics, and the prices of blocks with nothing beside them.
+
+References are independent of the code under test: the stream mix implied by the starts and
+ends the test makes; the documented weights (a block's uncontended seconds x the devices the
+agent stands for); the summary a run without agents reports (``no_streams_report``); and the
+accelerator's own block cost (``Accelerator._block``, the path of runs without agents) for a
+block priced with no stream beside it, at every P-state.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import simpy
+
+from devices.interference import (
+    DeviceStreams,
+    Price,
+    SmShares,
+    no_streams_report,
+    streams_report,
+)
+from twin.build import build
+from twin.kernel.records import Recorder
+from twin.runner import simulate
+from twin.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARES = SmShares(collective_ctas=8, tp_overlap_ctas=4, copy_ctas=2)
+
+
+def _agent(n: int = 1, shares=SHARES, on_network=None) -> DeviceStreams:
+    return DeviceStreams(simpy.Environment(), n, 100, shares, on_network=on_network)
+
+
+def test_streams_start_and_end_back_to_an_empty_mix():
+    calls = []
+    a = _agent(on_network=calls.append)
+    for kind in ("dp", "tp", "h2d", "pp", "h2d"):
+        a.start(kind)
+    assert a.mix == (3, 2) and a._sm == 8 + 4 + 2 + 8 + 2
+    for kind in ("h2d", "tp", "dp", "h2d", "pp"):
+        a.end(kind)
+    assert a.mix == (0, 0) and a._sm == 0
+    # the PCIe switches count NIC flows: network streams other than TP, each start and end
+    assert calls == [1, 1, -1, -1]
+
+
+def test_block_weights_are_uncontended_seconds_times_devices():
+    """An agent standing for 4 devices: pieces of 1/4 and 3/4 of a block of 0.2 s
+    uncontended at HBM factors 1.5 and 1 (durations 0.26 s and 0.2 s); the weights add up
+    to less than one device-second, which must not matter."""
+    a = _agent(n=4)
+    assert a.totals() == (0.0, 0.0, 0.0)
+
+    class Blk:
+        name = "mlp_fwd"
+
+    a._account(Blk, Price(0.26, 0.0, 0.0, 0.0, 0.2, 0.3, (2, 0), 1024, 1.5, 1.0), 0.25)
+    a._account(Blk, Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 0, 1.0, 1.0), 0.75)
+    w, w_hbm, w_dur = a.totals()
+    assert w == pytest.approx(4 * 0.2, rel=1e-12)
+    assert w_hbm == pytest.approx(4 * (0.25 * 0.3 + 0.75 * 0.2), rel=1e-12)
+    assert w_dur == pytest.approx(4 * (0.25 * 0.26 + 0.75 * 0.2), rel=1e-12)
+    rep = streams_report([a, _agent(n=2)])
+    assert rep["hbm_slowdown_mean"] == pytest.approx(w_hbm / w, rel=1e-12)
+    assert rep["contention_slowdown_mean"] == pytest.approx(w_dur / w, rel=1e-12)
+    assert rep["hbm_slowdown_mean"] > 1.0
+    # both pieces are recorded (one contended, one the rest of a re-priced block)
+    assert sorted(r.fraction for rs in a.records.values() for r in rs) == [0.25, 0.75]
+
+
+def test_a_run_without_agents_reports_what_agents_that_saw_nothing_report():
+    assert streams_report([]) == no_streams_report()
+    assert no_streams_report() == {
+        "hbm_max_streams": 0, "hbm_slowdown_mean": 1.0, "contention_slowdown_mean": 1.0,
+        "sm_max_used": 0, "hbm_port_capped_s": 0.0, "hbm_port_cap_min_gbps": None}
+
+
+@pytest.fixture(scope="module")
+def slow_clock_run():
+    """Quickstart on 8 devices, FULL_SHARD, SM sharing on and the clock fixed below the
+    top (a P-state whose dynamic-energy scale is not 1)."""
+    scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "cluster.topology.shape=[4,2]", "workload.parallelism.dp=8",
+        "workload.sharding.strategy=full_shard", "workload.global_batch=16",
+        "workload.micro_batch=2", "workload.iterations=1", "trace.enabled=false",
+        "overlap.sm_contention=true", "power.dvfs.frequency_mhz=1260"])
+    model = build(scen)
+    _env, _fab, ex, _ = simulate(model, Recorder())
+    return model, ex
+
+
+def test_a_block_priced_with_nothing_beside_it_costs_what_the_accelerator_says(slow_clock_run):
+    model, ex = slow_clock_run
+    acc = ex.accelerators[0]
+    streams = acc.streams
+    assert streams is not None and streams.mix == (0, 0) and streams._sm == 0
+    ps = acc.ps
+    assert acc.dev.dyn_scale[ps] < 0.99          # the fixed clock is below the top
+    for name, block in model.blocks[0].items():
+        p = streams.price(acc, block, ps)
+        dur, flops, e_dyn, e_mem, _ = acc._block(block, ps)
+        assert (p.duration_s, p.gemm_flops, p.memory_j) == pytest.approx(
+            (dur, flops, e_mem), rel=1e-12), name
+        assert p.compute_j == pytest.approx(e_dyn, rel=1e-12), name
+        assert p.mix == (0, 0) and p.sm_factor == 1.0
+    # SMs shared, no HBM controller model: no stream count to report
+    rep = streams_report([a.streams for a in ex.accelerators])
+    assert rep["hbm_max_streams"] == 0 and rep["sm_max_used"] > 0
+
+
+def test_port_lookups_are_not_counted_as_clipped_blocks():
+    from devices.memory import QueueContention
+    from twin.kernel.queueing import service_distribution
+
+    mem = QueueContention(op_load=0.5, dma_load=0.1, bytes_per_request=5120.0, batches=4,
+                          max_streams=2, service=service_distribution("exponential",
+                                                                      mean=1e-9))
+    a = DeviceStreams(simpy.Environment(), 1, 100, None, memory=mem)
+    for _ in range(3):
+        a.start("dp")
+    a._running = (None, a._key())
+    assert math.isinf(a.port_capacity()) or a.port_capacity() > 0
+    a.start("h2d")
+    a.h2d_cap()
+    assert mem._clipped == 0.0
