@@ -101,3 +101,9 @@ def test_switch_spec_bounds(field, ok, bad):
     assert getattr(PcieSpec(**(base | {field: ok})), field) == ok
     with pytest.raises(ValidationError):
         PcieSpec(**(base | {field: bad}))
+
+
+def test_one_gpu_per_node_puts_every_device_on_its_own_switch():
+    fab = PcieFabric(simpy.Environment(), SPEC, gpus_per_node=1)
+    (a, sa), (b, sb) = fab.place(0), fab.place(1)
+    assert a is not b and sa == sb == 0
