@@ -69,7 +69,6 @@ class CommStats:
     recv_s: float = 0.0
     dp_wait_s: float = 0.0
     data_wait_s: float = 0.0
-    comm_stream_s: float = 0.0
     shard_wait_s: float = 0.0     # compute stream waiting for parameter all-gathers
     shard_stream_s: float = 0.0   # busy time of the sharding streams (shard + replica)
     iteration_end: list[float] = field(default_factory=list)
@@ -307,7 +306,6 @@ class Executor:
                         t1 = env.now
                         yield from self._blocked(cls, "dp_wait", self._collective(
                             "dp", cls, "allreduce", nbytes))
-                        st.comm_stream_s += env.now - t1
                         rec.op(cls, it, "comm", "dp", "allreduce", bucket, -1, -1, t1,
                                env.now, 0.0)
                     serial.clear()
@@ -487,11 +485,8 @@ class Executor:
             yield after
         t0 = self.env.now
         yield self._collective(kind, cls, algo, nbytes)
-        st = self.stats[cls]
-        if kind == "dp":
-            st.comm_stream_s += self.env.now - t0
-        else:
-            st.shard_stream_s += self.env.now - t0
+        if kind != "dp":
+            self.stats[cls].shard_stream_s += self.env.now - t0
         self.recorder.op(cls, it, "comm", kind, algo, tag, -1, -1, t0, self.env.now, 0.0)
 
     def _p2p_plan(self, cls: int, direction: int, nbytes: float) -> tuple[list, list[int]]:

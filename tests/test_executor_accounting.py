@@ -1,0 +1,153 @@
+"""The executor's bookkeeping (workloads.executor): streams that start also end, the seconds
+it reports are the rows it writes, and the SMs communication energy is booked with.
+
+References are independent of the code under test: conservation (every transfer and stream
+the run starts has ended when it finishes, so every counter is back at zero), the ops rows
+the executor writes for the same waits and streams (a report must equal the sum of the
+intervals it stands for), the program's own microbatch numbers, and the SM shares of the
+catalog file ``devices/catalog/interference/nccl.yaml`` (Transformer Engine's kernels for
+overlapped TP chunks, NCCL's for every other collective and send).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import scenario_dict
+from twin.build import build
+from twin.kernel.records import Recorder
+from twin.runner import simulate
+from twin.scenario import load_scenario
+
+NCCL = Path(__file__).resolve().parents[1] / "devices" / "catalog" / "interference" / "nccl.yaml"
+
+
+class _Ops(Recorder):
+    def __init__(self):
+        super().__init__()
+        self.rows: list[tuple] = []
+
+    def op(self, cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1, flops):
+        self.rows.append((cls, iteration, stream, kind, name, mb, chunk, layer, t0, t1))
+
+
+def _run(sets: list[str], **updates):
+    d = scenario_dict(**updates)
+    d["trace"] = {"enabled": False}
+    model = build(load_scenario(d, sets))
+    rec = _Ops()
+    _env, _fab, ex, _ = simulate(model, rec)
+    return model, ex, rec.rows
+
+
+PP2 = dict(workload__parallelism={"dp": 4, "tp": 1, "pp": 2}, workload__global_batch=16)
+TP2 = dict(workload__parallelism={"dp": 2, "tp": 2, "pp": 2}, workload__global_batch=8)
+CASES = {
+    "pipeline sends overlapped": ([], PP2),
+    "pipeline sends waited for": (["overlap.pipeline=false"], PP2),
+    "pipeline, exact (processes)": (["simulation.exact=true"], PP2),
+    "serial data-parallel all-reduce": (["overlap.dp_buckets=false"], {}),
+    "data-parallel buckets on two streams, SMs shared": (
+        ["overlap.dp_streams=2", "overlap.sm_contention=true"], {}),
+    "TP overlap, FR-FCFS, sequence parallel": (
+        ["overlap.tp_comm=true", "memory.model=frfcfs", "memory.batches=4",
+         "memory.requests_per_batch=256", "workload.sequence_parallel=true"], TP2),
+    "TP overlap, exact": (["overlap.tp_comm=true", "simulation.exact=true"], TP2),
+    "full_shard, SMs shared": (["workload.sharding.strategy=full_shard",
+                                "overlap.sm_contention=true"], {}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_stream_started_has_ended(case):
+    sets, updates = CASES[case]
+    _model, ex, rows = _run(sets, **updates)
+    assert rows
+    assert [a.transfers for a in ex.accelerators] == [0] * len(ex.accelerators)
+    if ex.streams is not None:
+        assert all(s.mix == (0, 0) and s._sm == 0 for s in ex.streams), case
+    else:
+        assert not any("sm_contention" in s or "frfcfs" in s for s in sets)
+
+
+@pytest.mark.parametrize("sets", [["overlap.pipeline=false"], []])
+def test_pipeline_wait_is_its_rows_and_names_the_microbatch(sets):
+    """pp 2, 4 microbatches per rank: the seconds a class waited for pipeline sends and
+    receives are the durations of its send_wait and recv rows, and those rows name
+    microbatches 0-3 (the program's), in chunk 0."""
+    model, ex, rows = _run(sets, **PP2)
+    waited = set()
+    for c, st in enumerate(ex.stats):
+        mine = [r for r in rows if r[0] == c and r[3] in ("send_wait", "recv")]
+        assert st.recv_s == pytest.approx(sum(r[9] - r[8] for r in mine), rel=1e-12, abs=1e-15)
+        assert all(r[6] == 0 and r[7] == -1 for r in mine)
+        waited |= {r[5] for r in mine if r[3] == "send_wait"}
+    if sets:                                   # the sender waits for every delivery
+        assert waited == set(range(model.microbatches))
+    assert sum(st.recv_s for st in ex.stats) > 0
+
+
+def test_sharding_stream_time_and_waits_are_their_rows():
+    _model, ex, rows = _run(["workload.sharding.strategy=hybrid_shard",
+                             "workload.sharding.group=4"])
+    for c, st in enumerate(ex.stats):
+        comm = [r for r in rows if r[0] == c and r[2] == "comm" and r[3] in ("shard", "replica")]
+        assert st.shard_stream_s == pytest.approx(sum(r[9] - r[8] for r in comm), rel=1e-12)
+        waits = [r for r in rows if r[0] == c and r[3] == "shard_wait"]
+        assert st.shard_wait_s == pytest.approx(sum(r[9] - r[8] for r in waits), rel=1e-12,
+                                                abs=1e-15)
+        assert all(r[6] == -1 and r[7] == -1 for r in waits)
+    assert sum(st.shard_stream_s for st in ex.stats) > 0
+
+
+@pytest.mark.parametrize("sets", [[], ["simulation.exact=true"]])
+@pytest.mark.parametrize("overlap", [True, False])
+def test_communication_energy_books_each_kernels_sms(monkeypatch, sets, overlap):
+    """With ``power.communication_energy``, each finished collective or send books its
+    kernel's SMs on the devices: overlapped TP chunks hold Transformer Engine's
+    ``tp_overlap_ctas``, every other collective (blocking TP included) NCCL's
+    ``collective_ctas``; chained runs and processes (exact mode) alike."""
+    from devices.accelerator import Accelerator
+
+    ctas = {k: v["value"] for k, v in yaml.safe_load(NCCL.read_text()).items()
+            if isinstance(v, dict) and "value" in v}
+    assert ctas["tp_overlap_ctas"] != ctas["collective_ctas"]
+    booked: list[int] = []
+    orig = Accelerator.communication
+
+    def spy(self, t0, t1, hbm_bytes, sms, activity):
+        booked.append(sms)
+        return orig(self, t0, t1, hbm_bytes, sms, activity)
+
+    monkeypatch.setattr(Accelerator, "communication", spy)
+    _run(["power.communication_energy=true", f"overlap.tp_comm={str(overlap).lower()}",
+          "workload.sequence_parallel=true", *sets],
+         workload__parallelism={"dp": 1, "tp": 4, "pp": 2}, workload__global_batch=4)
+    want = ctas["tp_overlap_ctas"] if overlap else ctas["collective_ctas"]
+    assert booked and set(booked) == {want, ctas["collective_ctas"]}
+    assert booked.count(want) > booked.count(ctas["collective_ctas"]) or not overlap
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_a_block_after_an_overlapped_one_waits_for_its_last_chunk(sp):
+    """Chunked TP overlap (3 chunks): the next layer consumes the reduced output, so no
+    compute block starts before the last chunk of the previous block's all-reduce (or
+    reduce-scatter) has ended."""
+    n = 3
+    _model, _ex, rows = _run(["overlap.tp_comm=true", f"overlap.tp_chunks={n}",
+                              f"workload.sequence_parallel={str(sp).lower()}"], **TP2)
+    checked = 0
+    for c in {r[0] for r in rows}:
+        mine = [r for r in rows if r[0] == c]
+        starts = sorted(r[8] for r in mine if r[2] == "compute" and r[3] == "compute")
+        for r in mine:
+            if r[2] == "comm" and r[3] == "tp" and r[4] in ("allreduce", "reduce_scatter") \
+                    and r[5] == n - 1:
+                later = [t for t in starts if t >= r[8]]
+                if later:
+                    assert later[0] >= r[9] * (1 - 1e-12), (c, r)
+                    checked += 1
+    assert checked > 10
