@@ -139,6 +139,9 @@ def test_a_block_after_an_overlapped_one_waits_for_its_last_chunk(sp):
     n = 3
     _model, _ex, rows = _run(["overlap.tp_comm=true", f"overlap.tp_chunks={n}",
                               f"workload.sequence_parallel={str(sp).lower()}"], **TP2)
+    tp_rows = [r for r in rows if r[2] == "comm" and r[3] == "tp"]
+    assert {r[5] for r in tp_rows} == set(range(n))       # the chunk index, in the mb column
+    assert all(r[6] == -1 and r[7] == -1 for r in tp_rows)
     checked = 0
     for c in {r[0] for r in rows}:
         mine = [r for r in rows if r[0] == c]
@@ -151,3 +154,23 @@ def test_a_block_after_an_overlapped_one_waits_for_its_last_chunk(sp):
                     assert later[0] >= r[9] * (1 - 1e-12), (c, r)
                     checked += 1
     assert checked > 10
+
+
+def test_concurrent_buckets_of_a_straggling_group_are_matched_by_sequence():
+    """Symmetry off (every rank its own class), two data-parallel streams, rank 3 computing
+    1.5x slower from the start: buckets b and b+1 of the fast ranks are in flight together
+    while rank 3 has not issued b. A bucket's all-reduce is one collective of all 8 ranks, so
+    it ends at one instant for all of them, never before the straggler has issued it."""
+    _model, _ex, rows = _run(["overlap.dp_streams=2", "simulation.symmetry=false"],
+                            faults=[{"kind": "straggler", "device": 3, "factor": 1.5,
+                                     "time_s": 0.0}])
+    dp = [r for r in rows if r[2] == "comm" and r[3] == "dp"]
+    buckets = sorted({r[5] for r in dp})
+    assert len(buckets) >= 2 and len({r[0] for r in dp}) == 8
+    for b in buckets:
+        mine = [r for r in dp if r[5] == b]
+        assert len(mine) == 8
+        ends = [r[9] for r in mine]
+        assert max(ends) - min(ends) <= 1e-12 * max(ends), b
+        slow = [r for r in mine if r[0] == 3]
+        assert min(ends) >= max(r[8] for r in slow)
