@@ -281,6 +281,17 @@ def test_token_bytes_default_to_the_smallest_integer_holding_the_vocabulary(voca
     assert cost.read_bytes == 300 * bpt
     assert cost.h2d_bytes == 300 * 16.0                      # int64 ids and labels
     assert LoadCost.of(DataSpec(bytes_per_token=1.0), 3, 100, vocab).read_bytes == 300.0
+    assert cost.preprocess_s == 0.0             # no preprocessing unless it is given
+
+
+def test_gpus_per_node_of_a_switched_node_or_the_host():
+    from devices.host import HostSpec
+    from workloads.data import DataSpec
+
+    host = HostSpec(name="h", **H100_HOST)
+    assert DataSpec(host=host).node_gpus("switched", (8, 4)) == 8
+    assert DataSpec(host=host).node_gpus("torus2d", (4, 2)) == H100_HOST["gpus"]
+    assert DataSpec(host=host, gpus_per_node=2).node_gpus("switched", (8, 4)) == 2
 
 
 def test_rows_name_iteration_and_microbatch():

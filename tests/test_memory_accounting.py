@@ -207,3 +207,19 @@ def test_frfcfs_level_settles_on_the_relative_standard_error(frfcfs_model):
         assert tab.standard_error / tab.mean == pytest.approx(rel, rel=1e-9)
         m._tables[(256, (1, 0))] = tab
         assert m.level(1).status == status
+
+
+def test_frfcfs_latency_view_is_the_ratio_of_mean_latencies(frfcfs_model):
+    """``bound: latency``: a batch's slowdown is its op's mean request latency beside the
+    streams over the same op's alone (module docstring), so 1 <= s and it grows with the
+    streams; the standalone FR-FCFS engine run on the same inputs gives the same ratio."""
+    make, _dev = frfcfs_model
+    m = make(op_load=0.6)
+    m.bound = "latency"
+    assert np.all(m.table(256, 0).samples == 1.0)
+    lo, hi = m.table(256, 1).samples, m.table(256, 4).samples
+    assert np.all(lo > 0.99) and hi.mean() > lo.mean() > 1.0 and hi.mean() < 50
+    s, eb = m.batch(256, 4, 0)
+    _s0, alone = m.batch(256, 0, 0)
+    assert s == pytest.approx(eb.op_mean_latency_s / alone.op_mean_latency_s, rel=1e-12)
+    assert s == hi[0]

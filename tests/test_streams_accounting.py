@@ -107,7 +107,7 @@ def test_a_block_priced_with_nothing_beside_it_costs_what_the_accelerator_says(s
         assert (p.duration_s, p.gemm_flops, p.memory_j) == pytest.approx(
             (dur, flops, e_mem), rel=1e-12), name
         assert p.compute_j == pytest.approx(e_dyn, rel=1e-12), name
-        assert p.mix == (0, 0) and p.sm_factor == 1.0
+        assert p.mix == (0, 0) and p.sm_factor == 1.0 and p.slowdown == 1.0
     # SMs shared, no HBM controller model: no stream count to report
     rep = streams_report([a.streams for a in ex.accelerators])
     assert rep["hbm_max_streams"] == 0 and rep["sm_max_used"] > 0
@@ -128,3 +128,74 @@ def test_port_lookups_are_not_counted_as_clipped_blocks():
     a.start("h2d")
     a.h2d_cap()
     assert mem._clipped == 0.0
+
+    # saturated (op 0.6 + 3 x 0.2 network + 3 x 0.3 copies of the peak): capped while a
+    # block runs; between blocks the controller serves the transfers what they offer
+    busy = QueueContention(op_load=0.6, dma_load=0.2, h2d_load=0.3, bytes_per_request=5120.0,
+                           batches=4, service=service_distribution("exponential", mean=1e-9))
+    for mix in ((3, 0), (0, 3), (3, 3)):
+        b = DeviceStreams(simpy.Environment(), 1, 100, None, memory=busy)
+        for _ in range(mix[0]):
+            b.start("dp")
+        for _ in range(mix[1]):
+            b.start("h2d")
+        b._running = (None, b._key())
+        assert (b.port_capacity() < math.inf) == (mix[0] > 0)
+        assert (b.h2d_cap() < math.inf) == (mix[1] > 0)
+        b._running = None
+        assert b.port_capacity() == math.inf and b.h2d_cap() == math.inf
+
+
+def test_bound_auto_prices_each_part_of_a_block_by_its_own_view():
+    """``memory.bound: auto``: the kernels the documented rule calls latency-bound (every
+    non-GEMM kernel, GEMMs below ``memory.latency_below_mb``) are priced with the latency
+    view's fresh draws (on its 0.2% log grid), the rest with the bandwidth view's table; the
+    block costs the sum of its two parts at their factors (math slowed by the SMs three
+    all-reduce kernels take), and its HBM-weighted time is each part's uncontended time times
+    its factor."""
+    from workloads.transformer import Block
+
+    scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "cluster.topology.shape=[4,2]", "workload.parallelism.dp=8", "workload.global_batch=16",
+        "workload.micro_batch=2", "workload.iterations=1", "trace.enabled=false",
+        "memory.model=queue", "memory.bound=auto", "memory.batches=8",
+        "memory.requests_per_batch=256"])
+    model = build(scen)
+    _env, _fab, ex, _ = simulate(model, Recorder())
+    acc = ex.accelerators[0]
+    agent = acc.streams
+    assert agent.latency is not None and agent.memory is not None
+    cut = scen.memory.latency_below_mb * 1e6
+    for _ in range(3):
+        agent.start("dp")
+    checked = 0
+    for name, block in model.blocks[0].items():
+        lat = tuple(k for k in block.kernels if not k.gemm or k.bytes < cut)
+        bw = tuple(k for k in block.kernels if k.gemm and k.bytes >= cut)
+        if not lat or not bw:
+            continue
+        p = agent.price(acc, block, acc.ps)
+        cm, ms, ps = acc.model, acc.mem_scale, acc.ps
+        math = acc.dev.math_scale[ps]
+        base_bw = cm.block_cost(Block(name, bw), math, ms).duration_s
+        base_lat = cm.block_cost(Block(name, lat), math, ms).duration_s
+        assert p.base_s == pytest.approx(base_bw + base_lat, rel=1e-12)
+        s_bw = p.slowdown
+        s_lat = (p.hbm_s - base_bw * s_bw) / base_lat
+        assert s_bw >= 1.0 and s_lat > 0.0   # one fresh batch can beat the alone mean
+        assert abs(math_log_grid(s_lat)) < 1e-6          # a fresh draw, rounded to the grid
+        sm = p.sm_factor                   # the collectives' SMs (units / (units - taken))
+        assert sm == agent.units / (agent.units - 3 * agent.shares.of("dp"))
+        assert p.duration_s == pytest.approx(
+            cm.block_cost(Block(name, bw), math * sm, ms * s_bw).duration_s
+            + cm.block_cost(Block(name, lat), math * sm, ms * s_lat).duration_s, rel=1e-9)
+        checked += 1
+    assert checked >= 2
+
+
+def math_log_grid(s: float) -> float:
+    """Distance of log(s) from the nearest multiple of the 0.2% log step, in steps."""
+    import math
+
+    x = math.log(s) / 0.002
+    return x - round(x)
