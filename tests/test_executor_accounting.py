@@ -174,3 +174,67 @@ def test_concurrent_buckets_of_a_straggling_group_are_matched_by_sequence():
         assert max(ends) - min(ends) <= 1e-12 * max(ends), b
         slow = [r for r in mine if r[0] == 3]
         assert min(ends) >= max(r[8] for r in slow)
+
+
+def test_a_failure_inside_a_block_lets_the_block_finish(tmp_path):
+    """abort(): an agent inside a compute block is not interrupted; it finishes the block
+    (its row ends where it ends in the run without the failure) and leaves."""
+    from tests.test_faults import JOB, _scen
+    from tests.test_faults import _run as run_fault
+    from twin.trace import read_table
+
+    cool = {"thermal": {"enabled": False}}
+    clean = run_fault(_scen(tmp_path, job=JOB, trace=True, workload__iterations=3, power=cool))
+    ops = read_table(clean.trace_path, "ops")
+    comp = ops[(ops.stream == "compute") & (ops.kind == "compute") & (ops.iteration == 1)]
+    row = comp.loc[(comp.t_end - comp.t_start).idxmax()]      # the longest block
+    t_f = 0.5 * (row.t_start + row.t_end)
+    fail = {"kind": "accelerator_failure", "device": 5, "time_s": float(t_f)}
+    res = run_fault(_scen(tmp_path, job=JOB, faults=[fail], trace=True,
+                          workload__iterations=3, power=cool))
+    assert res.summary["restarts"] == 1
+    got = read_table(res.trace_path, "ops")
+    spans = got[(got.stream == "compute") & (got.kind == "compute") & (got.t_start < t_f)
+                & (got.t_end > t_f)]
+    assert len(spans) >= 1
+    assert spans.t_end.max() == pytest.approx(row.t_end, rel=1e-12)
+
+
+def test_ops_flops_add_up_to_the_executed_flops(tmp_path):
+    """The ops table's FLOPs column (per device) weighted by the devices each class stands
+    for is the run's executed FLOPs; communication rows carry none."""
+    from twin.build import class_sizes
+    from twin.runner import run
+    from twin.trace import read_table
+
+    d = scenario_dict(**TP2)
+    d["trace"] = {"path": str(tmp_path / "f.h5"), "tables": ["ops"]}
+    scen = load_scenario(d, ["overlap.tp_comm=true", "workload.sharding.strategy=zero2"])
+    res = run(scen)
+    ops = read_table(res.trace_path, "ops")
+    assert (ops.loc[ops.stream == "comm", "flops"] == 0.0).all()
+    sizes = class_sizes(build(scen))
+    total = float((ops.flops * ops.cls.map(lambda c: sizes[int(c)])).sum())
+    s = res.summary
+    assert total == pytest.approx(s["executed_flops_per_iteration"] * s["iterations"],
+                                  rel=1e-9)
+
+
+@pytest.mark.parametrize("sets", [[], ["overlap.dp_buckets=false"],
+                                  ["workload.sharding.strategy=zero2"]])
+def test_data_parallel_wait_is_its_rows(sets):
+    """The seconds a class's compute stream waited at the end of its backward for gradient
+    collectives are its dp_wait rows (mb, chunk, layer -1); reduce-scatter rows carry no
+    bucket number (mb -1)."""
+    _model, ex, rows = _run(sets)
+    for c, st in enumerate(ex.stats):
+        waits = [r for r in rows if r[0] == c and r[3] == "dp_wait"]
+        assert st.dp_wait_s == pytest.approx(sum(r[9] - r[8] for r in waits), rel=1e-12,
+                                             abs=1e-15)
+        assert all(r[5:8] == (-1, -1, -1) for r in waits)
+        dp = [r for r in rows if r[0] == c and r[2] == "comm" and r[3] == "dp"]
+        rs = [r for r in rows if r[0] == c and r[4] == "reduce_scatter"]
+        sharded = bool(sets and "zero2" in sets[0])
+        assert all(r[6:8] == (-1, -1) for r in dp) and bool(dp) != sharded
+        assert all(r[5] == -1 for r in rs) and bool(rs) == sharded
+    assert sum(st.dp_wait_s for st in ex.stats) > 0

@@ -223,3 +223,13 @@ def test_frfcfs_latency_view_is_the_ratio_of_mean_latencies(frfcfs_model):
     _s0, alone = m.batch(256, 0, 0)
     assert s == pytest.approx(eb.op_mean_latency_s / alone.op_mean_latency_s, rel=1e-12)
     assert s == hi[0]
+
+
+def test_a_stream_that_sends_nothing_leaves_the_op_as_it_was():
+    """A DMA stream whose rate gives it no request during the op (1e-12 of the peak: about
+    1e-8 expected requests over a 1024-request op) changes nothing: with common random
+    numbers the op's queue is the one it had alone, so every batch's slowdown is exactly 1,
+    in both views."""
+    for bound in ("bandwidth", "latency"):
+        m = queue(op_load=0.5, dma_load=1e-12, bound=bound)
+        assert np.all(m.table(1024, 1).samples == 1.0), bound
