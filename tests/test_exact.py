@@ -55,7 +55,7 @@ def test_fast_mode_agrees_with_exact_mode(case, rings):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
 
 
-@pytest.mark.parametrize("case", ["1f1b", "interleaved"])
+@pytest.mark.parametrize("case", ["1f1b", pytest.param("interleaved", marks=pytest.mark.slow)])
 def test_fast_mode_without_symmetry_agrees_with_exact_mode(case):
     """Compute jitter: every rank draws its own durations, the same draws in both modes;
     under the step ring model the fast mode chains transfers and sends tensor-parallel rings

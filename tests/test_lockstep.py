@@ -135,6 +135,7 @@ def _ports(ring_model: str, substeps: int = 1) -> dict:
     return d
 
 
+@pytest.mark.slow  # 15 s: make test-slow
 def test_with_hbm_ports_the_step_model_converges_to_lockstep():
     """The claim of the first test where HBM ports cap the members' rates: the lock-step
     ring (at its slowest member's port) is the limit of the step model as its barriers get

@@ -190,6 +190,7 @@ def test_torus_rows_closed_into_tp_rings_take_it(jitter):
     assert _grid_run("mesh2d", False, jitter)["tp_closed_form_collectives"] == 0
 
 
+@pytest.mark.slow  # 10 s: make test-slow
 def test_falls_back_where_tp_links_are_shared_or_can_fail():
     # a torus with tp 2 x pp 4: TP pairs share links with DP / p2p routes
     torus = run(load_scenario({
