@@ -185,3 +185,24 @@ def test_tp_groups_whose_links_other_tp_groups_use_stay_in_the_flow_engine():
     assert on["tp_optimistic_collectives"] == 0 and on["lockstep_ring_transfers"] > 0
     assert on["iteration_time_s"] == off["iteration_time_s"]
     assert on["energy_j"] == off["energy_j"]
+
+
+def test_a_message_sink_keeps_collectives_off_the_optimistic_path():
+    """Message rows cannot be taken back: with a message sink (even beside the base
+    Recorder, where agents may run ahead) no TP collective is run optimistically, and every
+    TP message of the run is recorded once, as the flow engine sends it; the times are the
+    optimistic run's to rounding."""
+    from twin.kernel.records import Recorder
+    from twin.runner import simulate
+
+    d = _scenario(False, **CASES["1f1b"])
+    d["simulation"].update(compute_jitter_cov=0.05, optimistic_tp=True)
+    model = build(load_scenario(d))
+    rows: list = []
+    env, fabric, ex, _ = simulate(model, Recorder(), message_sink=rows.append)
+    s = summarize(model, env, fabric, ex, 0.0)
+    ref, _fab = _run("1f1b", True)
+    assert ref["tp_optimistic_collectives"] > 0
+    assert s["tp_optimistic_collectives"] == 0
+    assert any(str(r.name).startswith("tp_") for r in rows)
+    assert s["iteration_time_s"] == pytest.approx(ref["iteration_time_s"], rel=1e-9)
