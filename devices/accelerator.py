@@ -260,6 +260,7 @@ class Accelerator:
         self.memory = None          # HBM contention model (devices.memory), None: roofline
         self.memory_rng: np.random.Generator | None = None  # draws of the memory model
         self.streams = None         # shared HBM / SMs (devices.interference), None: roofline
+        self.ahead_price = None     # the price of the last block run alone ahead (_alone_at)
         self.power = setup = power if power is not None else PowerSetup(None, model)
         self.dev = dev = setup.dev
         self.reg = dev.regulator
@@ -420,28 +421,45 @@ class Accelerator:
             yield from self._switch(iteration)
             t0 = env.now
             ps = self.ps
-        first = None
         if self.streams is not None:  # HBM and SMs shared with the streams running now
             first = self.streams.price(self, block, ps)
-            c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
-        else:
-            c = self._cost(block, ps)
+            yield from self._fluid(block, t0, ps, first, (iteration, mb, chunk, layer))
+            return
+        c = self._cost(block, ps)
         dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, span = self._price(c)
         self._busy = (t0, p_board)
-        if first is None:
-            yield env.timeout(span)
-            t1 = t0 + dur  # the clock itself, except on a TP-group agent (its mean member)
-        else:  # a fluid job: re-priced whenever the streams beside it change
-            stretch = dur / c[0] if c[0] > 0 else 1.0
-            d, flops, e_dyn, e_mem = yield from self.streams.run_block(self, block, ps, stretch,
-                                                                       first)
-            e_act = e_dyn + e_mem
-            p_chip = e_act / d + p_static if d > 0 else p_static
-            p_board = self.reg.input_power(p_chip)
-            t1 = env.now
+        yield env.timeout(span)
         self._busy = None
-        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
+        # the clock itself, except on a TP-group agent (t0 + its mean member's duration)
+        self._account(block, t0, t0 + dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
                       iteration, mb, chunk, layer)
+
+    def _fluid(self, block, t0: float, ps: int, first, at: tuple, key: tuple | None = None):
+        """Process body: ``block`` from ``t0`` (s) as a fluid job of the device agent
+        (``devices.interference.DeviceStreams.run_block``: re-priced whenever the streams
+        beside it change) at the price ``first`` it started with; ``at``: (iteration,
+        microbatch, chunk, layer). ``t0`` before now with the start's price ``key``: a block
+        run ahead of the clock and taken back (:meth:`resume`)."""
+        c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
+        dur, _f, _d, _m, p_static, _c, p_board, _span = self._price(c)
+        self._busy = (t0, p_board)
+        stretch = dur / c[0] if c[0] > 0 else 1.0
+        d, flops, e_dyn, e_mem = yield from self.streams.run_block(
+            self, block, ps, stretch, first, None if key is None else t0, key)
+        p_chip = (e_dyn + e_mem) / d + p_static if d > 0 else p_static
+        self._busy = None
+        self._account(block, t0, self.env.now, flops, e_dyn, e_mem, p_static, p_chip,
+                      self.reg.input_power(p_chip), ps, *at)
+
+    def resume(self, block, t0: float, first, key: tuple, at: tuple):
+        """Process body: go on with ``block``, started alone at ``t0`` (s, before now) at the
+        price ``first`` (its price key ``key``) by :meth:`run_at` and taken back now, with
+        the agent restored to its state before it (``workloads.quiet``): the same as
+        :meth:`compute` started at ``t0`` and reaching now."""
+        if t0 > self.last_t:
+            self._idle_to(t0)
+        self._started = True
+        yield from self._fluid(block, t0, self.ps, first, at, key)
 
     def run_at(self, block, t0: float, iteration: int, mb: int, chunk: int,
                layer: int) -> float | None:
@@ -453,7 +471,8 @@ class Accelerator:
         else reads or changes this agent while the block would run (``Executor``'s
         ``run_ahead``: no power manager, no faults, no trace); the result is bit-identical to
         :meth:`compute` started at ``t0``."""
-        if self.streams is not None or self.memory is not None:
+        streams = self.streams
+        if (not streams.quiet) if streams is not None else self.memory is not None:
             return None
         if t0 > self.last_t:
             self._idle_to(t0)
@@ -463,12 +482,31 @@ class Accelerator:
         ps = self._target()
         if ps != self.ps or self._tr_end > t0:
             return None
+        if streams is not None:
+            return self._alone_at(block, t0, ps, (iteration, mb, chunk, layer))
         dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, span = self._price(
             self._cost(block, ps))
         # what the clock reads after a timeout started at t0 (a group's span: its last member)
         self._account(block, t0, t0 + dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
                       iteration, mb, chunk, layer)
         return t0 + span
+
+    def _alone_at(self, block, t0: float, ps: int, at: tuple) -> float:
+        """:meth:`run_at` of a block beside no stream of the device agent: what
+        :meth:`_fluid` computes for a block nothing re-prices, the same operations in the
+        same order (its price is kept in :attr:`ahead_price` for :meth:`resume`)."""
+        first = self.ahead_price = self.streams.price_alone(self, block, ps)
+        c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
+        dur, _f, _d, _m, p_static, _c, _b, _span = self._price(c)
+        total = first.duration_s * (dur / c[0] if c[0] > 0 else 1.0)
+        t1 = t0 + total * 1.0 if total > 0 else t0
+        d = t1 - t0
+        flops, e_dyn, e_mem = 0.0 + first.gemm_flops, 0.0 + first.compute_j, 0.0 + first.memory_j
+        self.streams.ran_alone(block, first)
+        p_chip = (e_dyn + e_mem) / d + p_static if d > 0 else p_static
+        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip,
+                      self.reg.input_power(p_chip), ps, *at)
+        return t1
 
     def _cost(self, block, ps: int) -> tuple:
         """(duration s, FLOPs, dynamic J, HBM J, block) of ``block`` at P-state ``ps`` with the

@@ -42,6 +42,7 @@ the others: the most streams the controller served at once during a block.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -234,10 +235,18 @@ class DeviceStreams:
         self.port_capped_s = 0.0   # seconds the ports were capped (closed intervals)
         self._capped_since: float | None = None
         self.port_cap_min = math.inf  # smallest port capacity set, bytes/s
+        # blocks priced alone ahead of the clock (``workloads.quiet``): their weight at the
+        # controller's level (0, 0) not yet booked on the model, and the hook told before
+        # every change of the streams
+        self._alone_w = 0.0
+        self._alone: dict[tuple, Price] = {}  # see price_alone
+        self.on_change: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ streams
     def start(self, kind: str) -> None:
         """A stream of ``kind`` starts on the devices."""
+        if self.on_change is not None:
+            self.on_change()
         if kind == "h2d":
             self._h2d += 1
         else:
@@ -251,6 +260,8 @@ class DeviceStreams:
 
     def end(self, kind: str) -> None:
         """A stream of ``kind`` ends."""
+        if self.on_change is not None:
+            self.on_change()
         if kind == "h2d":
             self._h2d -= 1
         else:
@@ -266,6 +277,13 @@ class DeviceStreams:
     def mix(self) -> tuple[int, int]:
         """``(network streams, copy streams)`` running now."""
         return self._net, self._h2d
+
+    @property
+    def quiet(self) -> bool:
+        """Whether a block starting now would run alone and be priced without a draw: no
+        stream running (so no SMs taken either) and no fresh latency batches (which every
+        latency-bound part draws, alone or not)."""
+        return self._net == 0 and self._h2d == 0 and self._sm == 0 and self.latency is None
 
     # ------------------------------------------------------------------ transfers
     def port_capacity(self) -> float:
@@ -342,9 +360,12 @@ class DeviceStreams:
                                             mk(block.name, lat) if lat else None)
         return hit
 
-    def price(self, acc, block, ps: int) -> Price:
+    def price(self, acc, block, ps: int, alone: bool = False) -> Price:
         """The cost of the whole of ``block`` on the accelerator agent ``acc`` at P-state
-        ``ps`` if the streams running now ran beside all of it (nothing is accounted)."""
+        ``ps`` if the streams running now ran beside all of it (nothing is accounted).
+        ``alone``: the streams are :attr:`quiet` and the block's uncontended draw is not
+        booked on the controller model now but added to :attr:`_alone_w` (see
+        :meth:`ran_alone`): the HBM factor alone is 1 without a draw."""
         model, dev = acc.model, acc.dev
         sm = self.sm_factor()
         math_s = dev.math_scale[ps] * sm
@@ -357,9 +378,9 @@ class DeviceStreams:
             n_req = 0
         elif self.latency is None:
             mix = mem.clip(mix, self.n)
-            s_bw = self._draw(mem, block, mix)
+            s_bw = 1.0 if alone else self._draw(mem, block, mix)
             parts = [(block, s_bw)]
-            n_req = mem._bucket.get(id(block), 0)
+            n_req = mem.request_class(block)
         else:
             bw, lat = self._parts(block)
             mix = mem.clip(mix, self.n)
@@ -367,7 +388,7 @@ class DeviceStreams:
             n_req = 0
             if bw is not None:
                 s_bw = self._draw(mem, bw, mix)
-                n_req = mem._bucket.get(id(bw), 0)
+                n_req = mem.request_class(bw)
                 parts.append((bw, s_bw))
             if lat is not None:
                 parts.append((lat, self._latency_draw(lat, mix)))
@@ -391,6 +412,14 @@ class DeviceStreams:
         return Price(dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, base, hbm, mix, n_req, s_bw,
                      sm)
 
+    def price_alone(self, acc, block, ps: int) -> Price:
+        """:meth:`price` with ``alone`` (cached: nothing beside the block, so nothing drawn)."""
+        key = (id(block), ps, acc.mem_scale)
+        p = self._alone.get(key)
+        if p is None:
+            p = self._alone[key] = self.price(acc, block, ps, alone=True)
+        return p
+
     def block_cost(self, acc, block, ps: int) -> tuple:
         """``(duration, gemm_flops, dynamic energy, memory energy, block)`` of ``block`` on the
         accelerator agent ``acc`` at P-state ``ps`` next to the streams running now (accounted
@@ -399,10 +428,52 @@ class DeviceStreams:
         self._account(block, p, 1.0)
         return p.duration_s, p.gemm_flops, p.compute_j, p.memory_j, block
 
-    def run_block(self, acc, block, ps: int, stretch: float, first: Price):
+    def ran_alone(self, block, p: Price) -> None:
+        """Account the whole of ``block`` run alone at price ``p`` (:meth:`price` with
+        ``alone``) ahead of the clock: as :meth:`run_block` accounts it, its draw at level
+        (0, 0) kept in :attr:`_alone_w` until :meth:`book_alone`."""
+        self._account(block, p, 1.0)
+        if self.memory is not None:
+            self._alone_w += self.n / self.group * self.group
+
+    def book_alone(self) -> None:
+        """Book the weight of the blocks run alone so far on the controller model (what
+        their draws at level (0, 0) would have booked one by one)."""
+        if self._alone_w:
+            self.memory.record((0, 0), 1.0, self._alone_w)
+            self._alone_w = 0.0
+        self._alone: dict[tuple, Price] = {}  # see price_alone
+
+    @property
+    def alone_key(self) -> tuple:
+        """The price key (:meth:`_key`) of a block run alone."""
+        return 0, (0, 0) if self.memory is not None else None
+
+    def resumed(self, proc, key: tuple) -> None:
+        """A block run alone ahead of the clock by the agent process ``proc`` and taken back
+        now is the running block from now on (before the streams change: see
+        ``workloads.quiet``); ``key``: its price key. Its draw at level (0, 0) is booked
+        (its piece alone is accounted when it ends, as on the clock)."""
+        self._running = (proc, key)
+        if self.memory is not None:
+            self.memory.record((0, 0), 1.0, self.n / self.group * self.group)
+
+    def checkpoint(self) -> tuple:
+        """What :meth:`ran_alone` changes, as it stands now (:meth:`restore`)."""
+        return self._w, self._w_hbm, self._w_dur, self._alone_w
+
+    def restore(self, cp: tuple) -> None:
+        """Return to a :meth:`checkpoint` (blocks run alone since are taken back)."""
+        self._w, self._w_hbm, self._w_dur, self._alone_w = cp
+
+    def run_block(self, acc, block, ps: int, stretch: float, first: Price,
+                  start: float | None = None, key: tuple | None = None):
         """Process body: run ``block`` as a fluid job whose rate follows the streams beside
         it. ``first`` is its price at the start (:meth:`price`), ``stretch`` the factor the
         accelerator applies to every duration (degradation, jitter, power-cap duty cycle).
+        ``start``, ``key``: a block that started at ``start`` (s, before now) alone, with
+        the price key ``key``, run ahead of the clock and taken back now as the streams
+        change (``workloads.quiet``): it goes on as if it had run on the clock since then.
 
         The block runs at rate ``1 / (stretch x price(mix).duration_s)`` of its work while the
         mix holds; when a stream starts or ends the block is re-priced at the new mix and its
@@ -413,16 +484,16 @@ class DeviceStreams:
         left = 1.0
         p = first
         flops = e_dyn = e_mem = 0.0
-        t0 = env.now
-        self._running = (env.active_process, self._key())
+        t0 = ts = env.now if start is None else start
+        self._running = (env.active_process, self._key() if key is None else key)
         self._ports()
         try:
             while True:
                 total = p.duration_s * stretch
-                ts = env.now
                 if total > 0 and left > 0:
                     try:
-                        yield env.timeout(total * left)
+                        yield (env.timeout(total * left) if ts == env.now
+                               else env.timeout_at(ts + total * left))
                         f = left
                     except simpy.Interrupt as stop:
                         if stop.cause is not _REPRICE:
@@ -440,6 +511,7 @@ class DeviceStreams:
                 self.repriced += 1
                 p = self.price(acc, block, ps)
                 self._running = (self._running[0], self._key())
+                ts = env.now
         finally:
             self._running = None
             self._ports()

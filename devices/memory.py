@@ -252,10 +252,10 @@ class MemoryContention(ABC):
         returns the largest (the slowest member of a group that meets after the op).
         """
         k = self.clip(k, weight * count)
-        self._weight[k] += weight * count
         if k == (0, 0):
-            self._sum[k] += weight * count
+            self.record((0, 0), 1.0, weight * count)
             return 1.0
+        self._weight[k] += weight * count
         n = self._bucket.get(key) if key is not None else None
         if n is None:
             n = self.requests_for(nbytes)
@@ -298,15 +298,19 @@ class MemoryContention(ABC):
         self._sum[k] += weight * sum(s)
         self._max = max(self._max, *s)
 
+    def request_class(self, block) -> int:
+        """:meth:`requests_for` a ``workloads.transformer.Block``'s bytes (cached by id, as
+        :meth:`draw_block` classifies it)."""
+        n = self._bucket.get(id(block))
+        if n is None:
+            n = self._bucket[id(block)] = self.requests_for(block.bytes)
+        return n
+
     def draw_block(self, block, k: int | Mix, rng: np.random.Generator,
                    weight: float = 1.0, count: int = 1) -> float:
-        """:meth:`draw` for a ``workloads.transformer.Block`` (its bytes, cached by id)."""
-        if not isinstance(k, tuple) and k <= 0:
-            self._weight[(0, 0)] += weight * count
-            self._sum[(0, 0)] += weight * count
-            return 1.0
-        n = self._bucket.get(id(block))
-        return self.draw(block.bytes if n is None else 0.0, k, rng, weight, id(block), count)
+        """:meth:`draw` for a ``workloads.transformer.Block`` (its :meth:`request_class`)."""
+        self.request_class(block)
+        return self.draw(0.0, k, rng, weight, id(block), count)
 
     # ------------------------------------------------------------------ transfers
     @abstractmethod

@@ -50,6 +50,15 @@ def _variant(name: str) -> dict:
         d["simulation"] = {"compute_jitter_cov": 0.2}
     elif name == "checkpoints":  # every class meets at a checkpoint after each iteration
         d["job"] = {"checkpoint_interval_iterations": 1, "checkpoint_write_s": 0.01}
+    elif name.startswith("frfcfs") or name == "queue":
+        # device agents: blocks run ahead only beside no stream, taken back when one starts
+        mem = ({"model": "queue", "service": {"dist": "exponential"}} if name == "queue"
+               else {"model": "frfcfs"})
+        d["memory"] = mem | {"per_device_draws": name != "frfcfs"}
+        if name != "frfcfs":  # an agent per device: TP groups of one rank run ahead
+            d["workload"] |= {"parallelism": {"dp": 16, "tp": 1, "pp": 2}, "global_batch": 64}
+        if name == "frfcfs_jitter":
+            d["simulation"] = {"compute_jitter_cov": 0.2}
     elif name == "torus":  # no closed-form TP (no nodes): compute blocks only
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [4, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
@@ -68,8 +77,11 @@ def _both(d: dict, monkeypatch) -> dict:
     return out
 
 
+_AGENTS = ["frfcfs", "frfcfs_per_device", "frfcfs_jitter", "queue"]
+
+
 @pytest.mark.parametrize("name", ["interleaved", "throttled", "capped", "stage_clocks",
-                                  "jitter", "checkpoints", "torus"])
+                                  "jitter", "checkpoints", "torus", *_AGENTS])
 def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch):
     out = _both(_variant(name), monkeypatch)
     (sa, fa, xa), (ss, fs, xs) = out[True], out[False]
@@ -85,7 +97,9 @@ def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch)
     for key in ("iteration_time_s", "makespan_s", "energy_j", "energy_breakdown_j",
                 "max_temperature_c", "peak_power_w", "link_bytes", "tp_comm_time_per_device_s",
                 "pipeline_wait_per_device_s", "throttle_steps", "cap_stretch_s",
-                "checkpoints", "checkpoint_time_s", "iteration_time_p99_s"):
+                "checkpoints", "checkpoint_time_s", "iteration_time_p99_s",
+                "hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_mean",
+                "hbm_port_capped_s", "memory_slowdown_max"):
         if key in ss:
             assert sa[key] == ss[key], key
     np.testing.assert_array_equal(fa.bytes_sent, fs.bytes_sent)
@@ -107,6 +121,10 @@ def test_nothing_runs_ahead_where_something_watches_the_devices(monkeypatch):
     d["power"] = {"dvfs": {"bubble_downclock": True, "wait_kinds": ["tp", "recv"]}}
     s = R.run(load_scenario(d)).summary
     assert s["run_ahead_ops"] == 0 and s["tp_closed_form_collectives"] > 0
+    d = _variant("frfcfs")  # an agent per device, TP groups of several: they rendezvous
+    d["memory"]["per_device_draws"] = True  # at the clock, nothing to gain from running
+    s = R.run(load_scenario(d)).summary     # ahead of it in between
+    assert s["run_ahead_ops"] == 0
     d = _variant("interleaved")
     d["simulation"] = {"exact": True}
     s = R.run(load_scenario(d)).summary
@@ -134,3 +152,34 @@ def test_timeout_at_fires_at_the_absolute_time_not_now_plus_the_difference():
     env.run(until=1.0)
     with pytest.raises(ValueError):
         env.timeout_at(0.5)
+
+
+@pytest.mark.parametrize("name", _AGENTS)
+def test_beside_device_agents_what_runs_ahead_is_taken_back_when_a_stream_starts(
+        name, monkeypatch):
+    """``workloads.quiet``: with an HBM controller model every block that a stream reaches
+    while its agent has run ahead is taken back and re-priced at the stream's start, so
+    the device agents see the same pieces of the same blocks at the same mixes as step by
+    step (their records and re-price counts), and the blocks that ran alone are booked
+    at the controller's level (0, 0) in sums per run instead of one by one (rounding)."""
+    out = _both(_variant(name), monkeypatch)
+    (sa, _fa, xa), (ss, _fs, xs) = out[True], out[False]
+    assert xa.quiet is not None and xs.quiet is None
+    assert xa.quiet.rewinds > 0  # streams reached blocks run ahead
+    assert sum(a.repriced for a in xs.streams) > 0  # and cut blocks in flight
+    assert [a.repriced for a in xa.streams] == [a.repriced for a in xs.streams]
+    assert [a.records for a in xa.streams] == [a.records for a in xs.streams]
+    assert [a.max_sm_used for a in xa.streams] == [a.max_sm_used for a in xs.streams]
+    for key in ("memory_slowdown_mean", "memory_contended_fraction"):
+        assert sa[key] == pytest.approx(ss[key], rel=1e-12, abs=1e-15), key
+    assert sa["memory_max_transfers"] == ss["memory_max_transfers"]
+    assert sa["memory_slowdown_mean"] > 1.0  # contention did reach blocks
+
+
+def test_latency_draws_and_fresh_batches_keep_the_agents_on_the_clock():
+    """A block's latency-bound part draws a fresh queue batch even alone
+    (``memory.bound: auto``): no block can be priced ahead, so nothing runs ahead."""
+    d = _variant("queue")
+    d["memory"]["bound"] = "auto"
+    s = R.run(load_scenario(d)).summary
+    assert s["run_ahead_ops"] == 0

@@ -45,6 +45,7 @@ from workloads import collectives, nccl
 from workloads.optimistic import OptimisticTP, rejoin
 from workloads.overlap import TPO, Fifo, OverlapSpec, chunk_block, fuse_tp
 from workloads.parallel import Layout
+from workloads.quiet import QuietRunAhead
 from workloads.schedules import (
     COMPUTE,
     DATA,
@@ -108,10 +109,11 @@ class Executor:
             ``Fabric.run_closed``), where the result is bit-identical: only for runs in which
             nothing outside the agent reads or changes its device or those collectives' links
             in between (no power manager, no trace; ``Executor`` further requires no fault
-            hook, no shared device streams and no bubble down-clocking of TP waits, and keeps
-            the classes in ``clocked``, whose devices a fault changes, on the clock).
-        optimistic: with ``run_ahead``, also run ahead the TP collectives of groups whose
-            links other traffic may reach, taken back when it does
+            hook and no bubble down-clocking of TP waits, and keeps the classes in
+            ``clocked``, whose devices a fault changes, on the clock); beside device agents
+            (``streams``) what a stream reaches is taken back (``workloads.quiet``).
+        optimistic: with ``run_ahead`` and no ``streams``, also run ahead the TP collectives
+            of groups whose links other traffic may reach, taken back when it does
             (``workloads.optimistic``; the flow engine's result to rounding).
     """
 
@@ -149,10 +151,11 @@ class Executor:
         self.closed_form = closed_form and fabric.model == "flow"
         self._closed_groups: set[tuple[int, ...]] | None = None  # see tp_closed_form_groups
         self.closed_form_collectives = 0  # TP collectives costed in closed form
-        self.run_ahead = run_ahead and chained and streams is None
+        self.run_ahead = run_ahead and chained and QuietRunAhead.allows(streams)
         self.ahead_ops = [0] * n  # compute blocks and TP collectives run ahead, per class
-        self._optimistic = optimistic and self.run_ahead and self.closed_form
+        self._optimistic = optimistic and self.run_ahead and self.closed_form and not streams
         self.optimistic: OptimisticTP | None = None  # built at the first TP collective
+        self.quiet = QuietRunAhead(self) if self.run_ahead and streams else None
         self._tp_plans: dict[tuple, tuple] = {}  # see _tp_plan
         self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
@@ -191,7 +194,7 @@ class Executor:
         dp_tails: list[simpy.Event | None] = [None] * ov.dp_streams
         # run ahead of the clock (see ``run_ahead``): ``ahead`` is the local time, None in step
         ahead_ok = (self.run_ahead and hook is None and not acc.downclocks("tp")
-                    and cls not in self.clocked)
+                    and cls not in self.clocked and (self.quiet is None or self.quiet.ok(cls)))
         ahead: float | None = None
         for it in range(start, self.iterations):
             dp_tails[:] = [None] * ov.dp_streams
@@ -340,10 +343,11 @@ class Executor:
     def _run_ahead(self, cls: int, it: int, index: int, ins: tuple, blocks: dict[str, Block],
                    t: float) -> float | None:
         """Run instruction ``ins`` of ``cls`` from the local time ``t`` without the clock,
-        if it is a compute block or a closed-form TP collective that may (see
-        ``run_ahead``);
+        if it is a compute block or a closed-form TP collective that may (see ``run_ahead``);
         returns its end, s, or None: the instruction needs the clock."""
         op = ins[0]
+        q = self.quiet
+        mark = q.mark(cls, op == COMPUTE) if q is not None else None
         if op == COMPUTE:
             t1 = self.accelerators[cls].run_at(blocks[ins[1]], t, it, ins[2], ins[3], ins[4])
         elif op == TP:
@@ -355,6 +359,8 @@ class Executor:
             return None
         if t1 is not None:
             self.ahead_ops[cls] += 1
+            if q is not None:
+                q.add(cls, mark, index, ins, t, t1, it, blocks)
         return t1
 
     def _tp_at(self, cls: int, index: int, algo: str, nbytes: float, t: float) -> float | None:

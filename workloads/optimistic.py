@@ -45,13 +45,15 @@ __all__ = ["OptimisticTP", "Rewind", "rejoin"]
 class Rewind:
     """Interrupt cause: an agent's run ahead of the clock was taken back. The agent goes on
     at instruction ``index`` of its program: at time ``at`` (s), or when ``event`` (the rest
-    of a collective that started at ``t0`` and was in flight) fires."""
+    of a collective that started at ``t0`` and was in flight) fires, or after the process
+    body ``body`` (the rest of a compute block in flight, ``workloads.quiet``) returns."""
 
-    __slots__ = ("at", "event", "index", "name", "t0")
+    __slots__ = ("at", "body", "event", "index", "name", "t0")
 
     def __init__(self, index: int, at: float = math.nan, event=None, t0: float = math.nan,
-                 name: str = ""):
+                 name: str = "", body=None):
         self.index, self.at, self.event, self.t0, self.name = index, at, event, t0, name
+        self.body = body
 
 
 def rejoin(ex, cls: int, it: int, t: float):
@@ -66,7 +68,9 @@ def rejoin(ex, cls: int, it: int, t: float):
         rw = exc.cause
         if not isinstance(rw, Rewind):
             raise
-        if rw.event is None:
+        if rw.body is not None:
+            yield from rw.body
+        elif rw.event is None:
             yield env.timeout_at(rw.at)
         else:
             yield rw.event
@@ -76,6 +80,8 @@ def rejoin(ex, cls: int, it: int, t: float):
         return rw.index
     if ex.optimistic is not None:
         ex.optimistic.settle(cls)
+    if ex.quiet is not None:
+        ex.quiet.settle(cls)
     return None
 
 
