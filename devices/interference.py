@@ -240,6 +240,7 @@ class DeviceStreams:
         # every change of the streams
         self._alone_w = 0.0
         self._alone: dict[tuple, Price] = {}  # see price_alone
+        self._books_alone = memory is not None and latency is None  # see _account
         self.on_change: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ streams
@@ -360,12 +361,11 @@ class DeviceStreams:
                                             mk(block.name, lat) if lat else None)
         return hit
 
-    def price(self, acc, block, ps: int, alone: bool = False) -> Price:
+    def price(self, acc, block, ps: int) -> Price:
         """The cost of the whole of ``block`` on the accelerator agent ``acc`` at P-state
-        ``ps`` if the streams running now ran beside all of it (nothing is accounted).
-        ``alone``: the streams are :attr:`quiet` and the block's uncontended draw is not
-        booked on the controller model now but added to :attr:`_alone_w` (see
-        :meth:`ran_alone`): the HBM factor alone is 1 without a draw."""
+        ``ps`` if the streams running now ran beside all of it (nothing is accounted: a
+        table draw is booked on the controller model, except alone, where the HBM factor is 1
+        without a draw and :meth:`_account` books the level (0, 0) per piece that ran)."""
         model, dev = acc.model, acc.dev
         sm = self.sm_factor()
         math_s = dev.math_scale[ps] * sm
@@ -378,7 +378,7 @@ class DeviceStreams:
             n_req = 0
         elif self.latency is None:
             mix = mem.clip(mix, self.n)
-            s_bw = 1.0 if alone else self._draw(mem, block, mix)
+            s_bw = 1.0 if mix == (0, 0) else self._draw(mem, block, mix)
             parts = [(block, s_bw)]
             n_req = mem.request_class(block)
         else:
@@ -413,11 +413,11 @@ class DeviceStreams:
                      sm)
 
     def price_alone(self, acc, block, ps: int) -> Price:
-        """:meth:`price` with ``alone`` (cached: nothing beside the block, so nothing drawn)."""
+        """:meth:`price` while :attr:`quiet` (cached: nothing beside the block, nothing drawn)."""
         key = (id(block), ps, acc.mem_scale)
         p = self._alone.get(key)
         if p is None:
-            p = self._alone[key] = self.price(acc, block, ps, alone=True)
+            p = self._alone[key] = self.price(acc, block, ps)
         return p
 
     def block_cost(self, acc, block, ps: int) -> tuple:
@@ -429,11 +429,11 @@ class DeviceStreams:
         return p.duration_s, p.gemm_flops, p.compute_j, p.memory_j, block
 
     def ran_alone(self, block, p: Price) -> None:
-        """Account the whole of ``block`` run alone at price ``p`` (:meth:`price` with
-        ``alone``) ahead of the clock: as :meth:`run_block` accounts it, its draw at level
-        (0, 0) kept in :attr:`_alone_w` until :meth:`book_alone`."""
-        self._account(block, p, 1.0)
-        if self.memory is not None:
+        """Account the whole of ``block`` run alone at price ``p`` (:meth:`price_alone`)
+        ahead of the clock: as :meth:`run_block` accounts it, its level (0, 0) kept in
+        :attr:`_alone_w` until :meth:`book_alone`."""
+        self._account(block, p, 1.0, book=False)
+        if self._books_alone:
             self._alone_w += self.n / self.group * self.group
 
     def book_alone(self) -> None:
@@ -442,7 +442,6 @@ class DeviceStreams:
         if self._alone_w:
             self.memory.record((0, 0), 1.0, self._alone_w)
             self._alone_w = 0.0
-        self._alone: dict[tuple, Price] = {}  # see price_alone
 
     @property
     def alone_key(self) -> tuple:
@@ -452,11 +451,8 @@ class DeviceStreams:
     def resumed(self, proc, key: tuple) -> None:
         """A block run alone ahead of the clock by the agent process ``proc`` and taken back
         now is the running block from now on (before the streams change: see
-        ``workloads.quiet``); ``key``: its price key. Its draw at level (0, 0) is booked
-        (its piece alone is accounted when it ends, as on the clock)."""
+        ``workloads.quiet``); ``key``: its price key."""
         self._running = (proc, key)
-        if self.memory is not None:
-            self.memory.record((0, 0), 1.0, self.n / self.group * self.group)
 
     def checkpoint(self) -> tuple:
         """What :meth:`ran_alone` changes, as it stands now (:meth:`restore`)."""
@@ -590,8 +586,14 @@ class DeviceStreams:
             buf[1] = j
         return out
 
-    def _account(self, block, p: Price, f: float) -> None:
-        """Account the fraction ``f`` of ``block`` done at price ``p``."""
+    def _account(self, block, p: Price, f: float, book: bool = True) -> None:
+        """Account the fraction ``f`` of ``block`` done at price ``p`` (nothing if 0: a
+        block re-priced in the instant it started ran nothing at its first price); a piece
+        alone is booked on the controller model at level (0, 0) (``book``), as one op."""
+        if f <= 0.0:
+            return
+        if book and self._books_alone and p.mix == (0, 0):
+            self.memory.record((0, 0), 1.0, self.n / self.group * self.group)
         mix = p.mix
         streams = 1 + mix[0] + mix[1]
         if self.memory is not None and streams > self.max_streams:

@@ -59,6 +59,8 @@ def _variant(name: str) -> dict:
             d["workload"] |= {"parallelism": {"dp": 16, "tp": 1, "pp": 2}, "global_batch": 64}
         if name == "frfcfs_jitter":
             d["simulation"] = {"compute_jitter_cov": 0.2}
+        if name == "frfcfs_sync_sends":  # a sender waits for delivery: streams start
+            d["overlap"] = {"pipeline": False}  # at the instants blocks do
     elif name == "torus":  # no closed-form TP (no nodes): compute blocks only
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [4, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
@@ -77,7 +79,7 @@ def _both(d: dict, monkeypatch) -> dict:
     return out
 
 
-_AGENTS = ["frfcfs", "frfcfs_per_device", "frfcfs_jitter", "queue"]
+_AGENTS = ["frfcfs", "frfcfs_per_device", "frfcfs_jitter", "frfcfs_sync_sends", "queue"]
 
 
 @pytest.mark.parametrize("name", ["interleaved", "throttled", "capped", "stage_clocks",

@@ -216,7 +216,8 @@ class Executor:
                 op = ins[0]
                 if op != COMPUTE:
                     acc.sync()  # a TP-group agent's members meet (or act) at its clock
-                if ahead_ok:
+                if ahead_ok and (ahead is not None or self.quiet is None
+                                 or QuietRunAhead.idle(*dp_tails, sh_tail, rep_tail)):
                     t1 = self._run_ahead(cls, it, i - 1, ins, blocks,
                                          env.now if ahead is None else ahead)
                     if t1 is not None:
@@ -346,8 +347,7 @@ class Executor:
         if it is a compute block or a closed-form TP collective that may (see ``run_ahead``);
         returns its end, s, or None: the instruction needs the clock."""
         op = ins[0]
-        q = self.quiet
-        mark = q.mark(cls, op == COMPUTE) if q is not None else None
+        mark = (q := self.quiet) and q.mark(cls, op == COMPUTE)
         if op == COMPUTE:
             t1 = self.accelerators[cls].run_at(blocks[ins[1]], t, it, ins[2], ins[3], ins[4])
         elif op == TP:

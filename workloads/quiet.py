@@ -14,7 +14,10 @@ no stream). The device agent tells :meth:`QuietRunAhead.changed` before any stre
 or ends on it; if the class's agent has run ahead past now (``s``), its run is taken back
 to ``s``:
 
-* what ended by ``s`` stands;
+* what ended by ``s`` stands; what starts at ``s`` is taken back and starts with the clock
+  after the change (the order of two events of one instant, which a step-by-step run may
+  take the other way round: its block then starts alone and is re-priced at once, at the
+  same times, with a piece of fraction 0 in the device agent's records);
 * a TP collective in flight at ``s`` stands (its links are its own and no block runs beside
   it); the agent goes on with the clock at the next instruction when it ends;
 * a compute block in flight at ``s`` is taken back and goes on with the clock from where it
@@ -77,6 +80,14 @@ class QuietRunAhead:
         ``queue`` model: :attr:`~devices.interference.DeviceStreams.quiet` is never true)."""
         return streams is None or all(s.latency is None for s in streams)
 
+    @staticmethod
+    def idle(*tails) -> bool:
+        """Whether an agent whose own stream jobs end with ``tails`` (events, or None) may
+        start a run ahead now: none of them pending (the next job of a FIFO stream starts
+        when the previous ends and would take the run back at once; measured on FSDP: two
+        rewinds per layer and more events than on the clock)."""
+        return all(e is None or e.triggered for e in tails)
+
     def ok(self, cls: int) -> bool:
         """Whether the agent of ``cls`` runs ahead: its TP collectives are its own (a TP
         group of several classes meets at a rendezvous, which an agent reaches on the clock
@@ -124,7 +135,9 @@ class QuietRunAhead:
         log = self.log[cls]
         k = next(j for j, e in enumerate(log) if e.t1 > s)
         e = log[k]
-        back = k if e.block is not None else k + 1  # the first instruction taken back
+        # the first instruction taken back: from the one in flight at s if a block or
+        # starting at s (it starts after the change, as a block the change finds starting)
+        back = k if e.block is not None or e.t0 >= s else k + 1
         for later in log[back:]:  # (a count taken back from the fabric's closed counters:
             if later.block is None:  # folded or not, the sums come out the same integers)
                 phases = ex._tp_plan(cls, later.ins[1], later.ins[2])[1]
@@ -138,7 +151,9 @@ class QuietRunAhead:
             ex.ahead_ops[cls] = log[back].ops
         self.settle(cls)
         self.rewinds += 1
-        if e.block is not None:  # in flight: the running block of the device agent from now
+        if e.t0 >= s:  # not started: the agent starts it with the clock now
+            rw = Rewind(e.index, at=s)
+        elif e.block is not None:  # in flight: the running block of the device agent from now
             block, price, key, at = e.block
             ex.streams[cls].resumed(ex.agent_proc[cls], key)
             rw = Rewind(e.index + 1, body=ex.accelerators[cls].resume(block, e.t0, price, key,
