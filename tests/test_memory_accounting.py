@@ -74,6 +74,7 @@ def test_a_block_with_no_transfer_beside_it_is_not_slowed():
     lv = m.report()["memory_levels"][0]
     assert (lv["k"], lv["blocks"], lv["slowdown_mean"]) == (0, 6.0, 1.0)
     assert m.draw_block(block, 2, rng) >= 1.0 and m._bucket[id(block)] == m.requests_for(1e8)
+    assert m._weight[(2, 0)] == 1.0  # one op, of weight 1 unless told
 
 
 @pytest.mark.parametrize("mix, kept", [((20, 0), (16, 0)), ((10, 10), (10, 6)),

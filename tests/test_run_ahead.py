@@ -100,6 +100,8 @@ def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch)
                 "max_temperature_c", "peak_power_w", "link_bytes", "tp_comm_time_per_device_s",
                 "pipeline_wait_per_device_s", "throttle_steps", "cap_stretch_s",
                 "checkpoints", "checkpoint_time_s", "iteration_time_p99_s",
+                "executed_flops_per_iteration", "mfu", "compute_time_per_device_s",
+                "avg_compute_frequency_mhz",
                 "hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_mean",
                 "hbm_port_capped_s", "memory_slowdown_max"):
         if key in ss:
@@ -112,6 +114,9 @@ def test_running_ahead_gives_the_step_by_step_run_bit_for_bit(name, monkeypatch)
         np.testing.assert_array_equal(a.power_segments(), b.power_segments())
     for a, b in zip(xa.stats, xs.stats, strict=True):
         assert a == b
+    for a, b in zip(xa.accelerators, xs.accelerators, strict=True):  # FLOPs, energy parts
+        assert ({k: v for k, v in vars(a.stats).items() if k != "source"}
+                == {k: v for k, v in vars(b.stats).items() if k != "source"})
 
 
 def test_nothing_runs_ahead_where_something_watches_the_devices(monkeypatch):

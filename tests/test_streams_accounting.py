@@ -73,6 +73,39 @@ def test_block_weights_are_uncontended_seconds_times_devices():
     assert sorted(r.fraction for rs in a.records.values() for r in rs) == [0.25, 0.75]
 
 
+def test_pieces_that_ran_count_their_streams_and_book_the_alone_level_once_each():
+    """``hbm_max_streams`` counts the compute stream, the network streams and the copies
+    beside a piece (1 + 1 + 2 here); a piece of fraction 0 (a block re-priced in the instant
+    it started) ran nothing and counts nothing; a piece alone books one op of the agent's
+    weight at the controller's level (0, 0), and a piece alone run ahead of the clock books
+    it only when its run stands (``book_alone``)."""
+    booked = []
+
+    class Mem:
+        def record(self, k, s, w):
+            booked.append((k, s, w))
+
+    class Blk:
+        name = "attn_fwd"
+
+    a = DeviceStreams(simpy.Environment(), 3, 100, SHARES, memory=Mem())
+    a._account(Blk, Price(0.3, 0.0, 0.0, 0.0, 0.2, 0.3, (1, 2), 1024, 1.5, 1.0), 0.5)
+    assert a.max_streams == 4 and streams_report([a])["hbm_max_streams"] == 4
+    a._account(Blk, Price(0.3, 0.0, 0.0, 0.0, 0.2, 0.3, (5, 3), 1024, 1.5, 1.0), 0.0)
+    assert a.max_streams == 4 and sum(map(len, a.records.values())) == 1
+    assert a.totals()[0] == pytest.approx(3 * 0.5 * 0.2, rel=1e-12) and booked == []
+    alone = Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 1024, 1.0, 1.0)
+    a._account(Blk, alone, 0.5)
+    assert booked == [((0, 0), 1.0, 3.0)]
+    a._account(Blk, alone, 0.0)
+    a.ran_alone(Blk, alone)
+    a.ran_alone(Blk, alone)
+    assert booked == [((0, 0), 1.0, 3.0)]
+    a.book_alone()
+    assert booked == [((0, 0), 1.0, 3.0), ((0, 0), 1.0, 6.0)]
+    assert a.totals()[0] == pytest.approx(3 * (0.5 * 0.2 + 0.5 * 0.2 + 2 * 0.2), rel=1e-12)
+
+
 def test_a_run_without_agents_reports_what_agents_that_saw_nothing_report():
     assert streams_report([]) == no_streams_report()
     assert no_streams_report() == {
