@@ -20,16 +20,24 @@ from twin.runner import run
 from twin.scenario import load_scenario
 
 
-def _case(rnd: random.Random) -> tuple[dict, list[dict], float, str]:
-    tp = rnd.choice([2, 4])
+def random_workload(rnd: random.Random, tps: tuple[int, ...] = (2, 4),
+                    shard_p: float = 0.4) -> dict:
+    """A random layout of 16 devices: TP from ``tps``, PP 1-4, 1F1B or interleaved, sharded
+    data parallelism with probability ``shard_p`` (the ``workload`` keys)."""
+    tp = rnd.choice(list(tps))
     pp = rnd.choice([1, 2, 4])
     dp = 16 // (tp * pp)
     w: dict = {"parallelism": {"dp": dp, "tp": tp, "pp": pp},
                "global_batch": dp * rnd.choice([2, 4, 8])}
     if pp > 1 and rnd.random() < 0.3:
         w.update(schedule="interleaved", virtual_stages=2, global_batch=dp * pp * 2)
-    if dp > 1 and rnd.random() < 0.4:
+    if dp > 1 and rnd.random() < shard_p:
         w["sharding"] = {"strategy": rnd.choice(["full_shard", "zero1", "zero2"])}
+    return w
+
+
+def _case(rnd: random.Random) -> tuple[dict, list[dict], float, str]:
+    w = random_workload(rnd)
     faults = []
     for _ in range(rnd.choice([1, 1, 2, 3])):
         kind = rnd.choice(["straggler", "hbm_degradation", "cooling_failure"])

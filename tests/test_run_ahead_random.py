@@ -18,23 +18,14 @@ import random
 import numpy as np
 import pytest
 
-import twin.runner as R
 from tests.test_exact import _scenario
-from twin.build import build
-from twin.kernel.records import Recorder
-from twin.scenario import load_scenario
-from twin.summary import summarize
+from tests.test_fast_mode_random import random_workload
+from tests.test_run_ahead import _both
 
 
 def _case(rnd: random.Random) -> dict:
-    tp, pp = rnd.choice([1, 2, 4]), rnd.choice([1, 2, 4])
-    dp = 16 // (tp * pp)
-    w: dict = {"parallelism": {"dp": dp, "tp": tp, "pp": pp},
-               "global_batch": dp * rnd.choice([2, 4, 8])}
-    if pp > 1 and rnd.random() < 0.3:
-        w.update(schedule="interleaved", virtual_stages=2, global_batch=dp * pp * 2)
-    if dp > 1 and rnd.random() < 0.3:
-        w["sharding"] = {"strategy": rnd.choice(["full_shard", "zero1", "zero2"])}
+    w = random_workload(rnd, (1, 2, 4), shard_p=0.3)
+    tp = w["parallelism"]["tp"]
     d = _scenario(False, **w)
     service = rnd.choice([{"dist": "exponential"}, {"dist": "deterministic"},
                           {"dist": "pareto", "alpha": 2.5}])
@@ -58,18 +49,6 @@ def _case(rnd: random.Random) -> dict:
     return d
 
 
-def _both(d: dict, monkeypatch) -> dict:
-    model = build(load_scenario(d))
-    out = {}
-    for ahead in (True, False):
-        with monkeypatch.context() as m:
-            if not ahead:
-                m.setattr(R, "uses_run_ahead", lambda scen, rec: False)
-            env, fab, ex, _ = R.simulate(model, Recorder())
-        out[ahead] = (summarize(model, env, fab, ex, 0.0), ex)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [3, 5])
 def test_random_jobs_beside_device_agents_run_ahead_as_step_by_step(seed, monkeypatch):
@@ -78,7 +57,7 @@ def test_random_jobs_beside_device_agents_run_ahead_as_step_by_step(seed, monkey
     for _ in range(20):
         d = _case(rnd)
         out = _both(d, monkeypatch)
-        (sa, xa), (ss, xs) = out[True], out[False]
+        (sa, _fa, xa), (ss, _fs, xs) = out[True], out[False]
         ran_ahead += sa["run_ahead_ops"] > 0
         for key in ("iteration_time_s", "makespan_s", "energy_j", "hbm_slowdown_mean",
                     "hbm_port_capped_s", "hbm_max_streams"):
