@@ -533,7 +533,10 @@ class Fabric:
             else:
                 done.succeed()
 
-        tr.on_done.append(finished)
+        if tr.finished:  # nothing to move and no latency: done within transfer(), already
+            finished(tr)
+        else:
+            tr.on_done.append(finished)
 
     def _plan(self, phase: Phase) -> tuple | None:
         """Routes, per-step alpha, max hops, byte vectors and the flow-engine pattern key of a

@@ -150,6 +150,41 @@ def test_link_failure_reroutes_and_completes():
             assert expect - 1e-9 <= t <= expect + 3 * (1 << 20) / BW
 
 
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_a_message_row_counts_the_hops_of_its_longest_route(model):
+    """On a 4x4 mesh (no wrap-around) device 0 -> 15 crosses 3 + 3 links and 0 -> 1 one; a
+    phase with both pairs reports the longer route, in both network models, and a
+    two-packet message (store and forward) still counts each link once."""
+    env, _topo, fab = make_fabric(kind="mesh2d", shape=(4, 4), model=model,
+                                  packet_bytes=1 << 20)
+    rows = []
+    fab.record = rows.append
+    assert fab.router.hops(0, 15) == 6 and fab.router.hops(0, 1) == 1
+    run_phases(env, fab, [Phase(np.array([0, 0]), np.array([15, 1]), np.array([2e6, 1e6]))])
+    assert len(rows) == 1 and rows[0].max_hops == 6 and rows[0].n_pairs == 2
+    assert (rows[0].src, rows[0].dst, rows[0].bytes) == (0, 15, 3e6)
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_a_phase_without_pairs_takes_no_time_and_reports_no_ends(model):
+    """A phase with no pairs (what a collective of a group whose members all sit on one
+    device degenerates to) moves nothing, takes no time and reports no route: 0 hops and
+    -1 for its first source and destination, by the process path and by the chained one."""
+    env, _topo, fab = make_fabric(kind="mesh2d", shape=(4, 4), model=model)
+    rows = []
+    fab.record = rows.append
+    empty = Phase(np.array([], dtype=np.int64), np.array([], dtype=np.int64), np.array([]))
+    t = run_phases(env, fab, [empty])
+    if model == "flow":
+        fab.start([empty], "chained", 7)
+        env.run()
+    assert t == 0.0 and env.now == 0.0 and fab.bytes_sent.sum() == 0.0
+    assert len(rows) == (2 if model == "flow" else 1)
+    for r in rows:
+        assert (r.n_pairs, r.max_hops, r.src, r.dst, r.bytes) == (0, 0, -1, -1, 0.0)
+        assert r.t_start == r.t_end == 0.0
+
+
 # ----------------------------------------------------------------------- max-min
 @st.composite
 def flow_sets(draw):
