@@ -130,6 +130,8 @@ def test_link_failure_reroutes_and_completes():
                                      retransmit_timeout_s=1e-3)
         n = 200e6
         ph = Phase(np.array([0]), np.array([1]), np.array([n]))
+        rows = []
+        fab.record = rows.append
 
         def fail(env=env, fab=fab):
             yield env.timeout(1e-3)
@@ -137,6 +139,7 @@ def test_link_failure_reroutes_and_completes():
         env.process(fail())
         t = run_phases(env, fab, [ph])
         assert fab.reroutes >= 1
+        assert [r.max_hops for r in rows] == [3]  # the message row counts the detour
         assert fab.bytes_received.sum() == pytest.approx(n)
         assert fab.router.hops(0, 1) == 3
         # 1 ms on the direct link, the 1 ms timeout, the rest over the 3-hop detour (same
