@@ -466,11 +466,12 @@ class Accelerator:
         """Run ``block`` from ``t0`` (s, not before the clock) without waiting for the clock:
         the same accounting :meth:`compute` does, at once; returns the block's end, s. None
         (and nothing done beyond the idle time up to ``t0``) when the block needs the clock:
-        a P-state change or transition, a throttle decision due, or an HBM model or shared
-        streams that price it from what runs beside it. Only for runs in which nothing
-        else reads or changes this agent while the block would run (``Executor``'s
-        ``run_ahead``: no power manager, no faults, no trace); the result is bit-identical to
-        :meth:`compute` started at ``t0``."""
+        a P-state change or transition, a throttle decision due, an HBM model without a
+        device agent, or a device agent with a stream running now (a block beside no stream
+        is priced alone: :meth:`_alone_at`; ``workloads.quiet`` takes it back if a stream
+        starts before it ends). Only for runs in which nothing else reads or changes this
+        agent while the block would run (``Executor``'s ``run_ahead``: no power manager, no
+        faults, no trace); the result is bit-identical to :meth:`compute` started at ``t0``."""
         streams = self.streams
         if (not streams.quiet) if streams is not None else self.memory is not None:
             return None
