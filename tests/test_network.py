@@ -188,6 +188,20 @@ def test_a_phase_without_pairs_takes_no_time_and_reports_no_ends(model):
         assert r.t_start == r.t_end == 0.0
 
 
+def test_flows_within_their_done_tolerance_finish_together():
+    """Two flows share a link at half its rate each; one is 1e-12 larger (a size rounding
+    makes). A flow is done when at most 1e-9 of its bytes are left, so the phase ends
+    exactly when the one of two equal flows does, not a second timer later."""
+    n = 100e6
+    times = []
+    for sizes in ([n, n], [n, n * (1 + 1e-12)]):
+        env, _topo, fab = make_fabric(kind="torus2d", shape=(4, 1))
+        times.append(run_phases(env, fab, [Phase(np.array([0, 0]), np.array([1, 1]),
+                                                 np.array(sizes))]))
+    assert times[0] == pytest.approx(2 * n / BW + ALPHA, rel=1e-9)
+    assert times[1] == times[0]
+
+
 # ----------------------------------------------------------------------- max-min
 @st.composite
 def flow_sets(draw):
