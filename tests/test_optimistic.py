@@ -27,8 +27,8 @@ from twin.summary import summarize
 from workloads import optimistic
 
 
-def _run(case: str, opt: bool, monkeypatch=None, **sim):
-    d = _scenario(False, **CASES[case])
+def _run(case: str, opt: bool, monkeypatch=None, workload: dict | None = None, **sim):
+    d = _scenario(False, **CASES[case] | (workload or {}))
     d["simulation"].update(compute_jitter_cov=0.05, optimistic_tp=opt, **sim)
     model = build(load_scenario(d))
     env, fabric, ex, _ = simulate_untraced(model)
@@ -91,6 +91,18 @@ def test_optimistic_collectives_stay_off_in_exact_mode():
     model = build(load_scenario(d))
     s = summarize(model, *simulate_untraced(model)[:3], 0.0)
     assert s["tp_optimistic_collectives"] == 0 and "tp_optimistic" not in s["shortcuts_used"]
+
+
+def test_only_lock_step_phases_run_optimistically():
+    """A collective is reserved, costed and resumed as one lock-step flow
+    (``Fabric.start_partial``). With sequence parallelism a TP group of two ranks all-gathers
+    and reduce-scatters in one exchange, a one-step phase, which is never lock-step
+    (``devices.phase.lockstep_ok``: rounds of a ring); so no TP collective runs
+    optimistically, although the run is otherwise eligible (jitter, a torus whose pipeline
+    sends cross the TP rings, as in the runs above where they do)."""
+    s, _fab = _run("1f1b", True, workload={"sequence_parallel": True})
+    assert s["run_ahead_ops"] > 0
+    assert s["tp_optimistic_collectives"] == 0 and s["tp_optimistic_rewinds"] == 0
 
 
 def test_a_partly_delivered_transfer_drains_in_the_time_left():
