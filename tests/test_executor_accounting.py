@@ -238,3 +238,48 @@ def test_data_parallel_wait_is_its_rows(sets):
         assert all(r[6:8] == (-1, -1) for r in dp) and bool(dp) != sharded
         assert all(r[5] == -1 for r in rs) and bool(rs) == sharded
     assert sum(st.dp_wait_s for st in ex.stats) > 0
+
+
+def test_tp_and_replica_rows_carry_no_microbatch_and_sends_are_named_by_direction():
+    """A blocking TP collective's row on the compute stream has no microbatch, chunk or layer
+    (-1); hybrid sharding's all-reduce across shard groups has no bucket (mb -1); a forward
+    send (activations, stage s to s + 1) is named ``p2p_fwd`` in the messages table and a
+    backward one (gradients, s + 1 to s) ``p2p_bwd`` (chained sends, fast mode)."""
+
+    d = scenario_dict(workload__parallelism={"dp": 2, "tp": 2, "pp": 2},
+                      workload__global_batch=8)
+    d["trace"] = {"enabled": False}
+    model = build(load_scenario(d, ["workload.sharding.strategy=hybrid_shard",
+                                    "workload.sharding.group=1"]))
+    rec, messages = _Ops(), []
+    simulate(model, rec, message_sink=messages.append)
+    tp = [r for r in rec.rows if r[2] == "compute" and r[3] == "tp"]
+    replica = [r for r in rec.rows if r[3] == "replica"]
+    assert tp and all(r[5:8] == (-1, -1, -1) for r in tp)
+    assert {r[4] for r in tp} == {"allreduce"}  # Megatron's TP all-reduces (no sequence par.)
+    assert replica and all(r[5:8] == (-1, -1, -1) for r in replica)
+    lay = model.layout
+    stage_of = {int(dev): int(lay.class_stage[lay.rank_class[r]])
+                for r, dev in enumerate(lay.device)}
+    sends = [m for m in messages if m.name.startswith("p2p")]
+    assert {m.name for m in sends} == {"p2p_fwd", "p2p_bwd"}
+    for m in sends:
+        step = stage_of[m.dst] - stage_of[m.src]
+        assert step == (1 if m.name == "p2p_fwd" else -1), m
+
+
+def test_only_tp_collectives_are_costed_in_closed_form():
+    """Closed forms stand in for TP collectives whose links nothing else uses; a data-parallel
+    all-reduce of the same class is a flow-engine transfer (its ring shares links with
+    pipeline sends and other rings): the count of closed-form collectives is the count of
+    TP instructions the classes executed."""
+    from workloads.schedules import TP
+
+    model, ex, _rows = _run([], cluster={
+        "topology": {"kind": "switched", "shape": [8, 4], "nodes_per_leaf": 2},
+        "device": "h100-sxm", "link": "nvlink4-switch", "links_per_edge": 18,
+        "nic_link": "ib-ndr400-port"},  # TP groups of 8 inside a node, DP across nodes
+        workload__parallelism={"dp": 2, "tp": 8, "pp": 2}, workload__global_batch=8)
+    n_tp = sum(sum(1 for ins in ex.programs[int(model.layout.class_stage[c])] if ins[0] == TP)
+               for c in range(len(ex.stats))) * model.scenario.workload.iterations
+    assert n_tp > 0 and ex.closed_form_collectives == n_tp
