@@ -260,7 +260,6 @@ class Accelerator:
         self.memory = None          # HBM contention model (devices.memory), None: roofline
         self.memory_rng: np.random.Generator | None = None  # draws of the memory model
         self.streams = None         # shared HBM / SMs (devices.interference), None: roofline
-        self.ahead_price = None     # the price of the last block run alone ahead (_alone_at)
         self.power = setup = power if power is not None else PowerSetup(None, model)
         self.dev = dev = setup.dev
         self.reg = dev.regulator
@@ -422,8 +421,8 @@ class Accelerator:
             t0 = env.now
             ps = self.ps
         if self.streams is not None:  # HBM and SMs shared with the streams running now
-            first = self.streams.price(self, block, ps)
-            yield from self._fluid(block, t0, ps, first, (iteration, mb, chunk, layer))
+            yield from self._fluid(block, t0, ps, self.streams.price(self, block, ps),
+                                   (iteration, mb, chunk, layer))
             return
         c = self._cost(block, ps)
         dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, span = self._price(c)
@@ -434,44 +433,50 @@ class Accelerator:
         self._account(block, t0, t0 + dur, flops, e_dyn, e_mem, p_static, p_chip, p_board, ps,
                       iteration, mb, chunk, layer)
 
-    def _fluid(self, block, t0: float, ps: int, first, at: tuple, key: tuple | None = None):
-        """Process body: ``block`` from ``t0`` (s) as a fluid job of the device agent
-        (``devices.interference.DeviceStreams.run_block``: re-priced whenever the streams
-        beside it change) at the price ``first`` it started with; ``at``: (iteration,
-        microbatch, chunk, layer). ``t0`` before now with the start's price ``key``: a block
-        run ahead of the clock and taken back (:meth:`resume`)."""
+    def _fluid(self, block, t0: float, ps: int, first, at: tuple, resumed: bool = False):
+        """Process body: ``block`` from ``t0`` (s) at its starting price ``first``, re-priced as
+        the streams beside it change (``DeviceStreams.run_block``); ``at``: (iteration, mb,
+        chunk, layer); ``resumed``: ``t0`` is before now (taken back: :meth:`resume`)."""
+        p_static, p_board, stretch = self._fluid_start(block, first)
+        self._busy = (t0, p_board)
+        _d, flops, e_dyn, e_mem = yield from self.streams.run_block(
+            self, block, ps, stretch, first, t0 if resumed else None)
+        self._busy = None
+        self._fluid_account(block, t0, self.env.now, flops, e_dyn, e_mem, p_static, ps, at)
+
+    def _fluid_start(self, block, first) -> tuple[float, float, float]:
+        """(static W, board W, stretch) of a fluid block at its starting price ``first``
+        (stretch: degradation, jitter and power-cap duty cycle on the agent's durations)."""
         c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
         dur, _f, _d, _m, p_static, _c, p_board, _span = self._price(c)
-        self._busy = (t0, p_board)
-        stretch = dur / c[0] if c[0] > 0 else 1.0
-        d, flops, e_dyn, e_mem = yield from self.streams.run_block(
-            self, block, ps, stretch, first, None if key is None else t0, key)
+        return p_static, p_board, dur / c[0] if c[0] > 0 else 1.0
+
+    def _fluid_account(self, block, t0: float, t1: float, flops: float, e_dyn: float,
+                       e_mem: float, p_static: float, ps: int, at: tuple) -> None:
+        """Book a fluid block that ran from ``t0`` to ``t1`` (s) and did its work."""
+        d = t1 - t0
         p_chip = (e_dyn + e_mem) / d + p_static if d > 0 else p_static
-        self._busy = None
-        self._account(block, t0, self.env.now, flops, e_dyn, e_mem, p_static, p_chip,
+        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip,
                       self.reg.input_power(p_chip), ps, *at)
 
-    def resume(self, block, t0: float, first, key: tuple, at: tuple):
-        """Process body: go on with ``block``, started alone at ``t0`` (s, before now) at the
-        price ``first`` (its price key ``key``) by :meth:`run_at` and taken back now, with
-        the agent restored to its state before it (``workloads.quiet``): the same as
-        :meth:`compute` started at ``t0`` and reaching now."""
+    def resume(self, block, t0: float, at: tuple):
+        """Process body: :meth:`compute` of ``block`` from ``t0`` (s, before now) on, a block
+        :meth:`run_at` ran alone and ``workloads.quiet`` took back, the agent restored."""
         if t0 > self.last_t:
             self._idle_to(t0)
         self._started = True
-        yield from self._fluid(block, t0, self.ps, first, at, key)
+        yield from self._fluid(block, t0, self.ps, self.streams.price_alone(
+            self, block, self.ps), at, resumed=True)
 
     def run_at(self, block, t0: float, iteration: int, mb: int, chunk: int,
                layer: int) -> float | None:
-        """Run ``block`` from ``t0`` (s, not before the clock) without waiting for the clock:
-        the same accounting :meth:`compute` does, at once; returns the block's end, s. None
-        (and nothing done beyond the idle time up to ``t0``) when the block needs the clock:
-        a P-state change or transition, a throttle decision due, an HBM model without a
-        device agent, or a device agent with a stream running now (a block beside no stream
-        is priced alone: :meth:`_alone_at`; ``workloads.quiet`` takes it back if a stream
-        starts before it ends). Only for runs in which nothing else reads or changes this
-        agent while the block would run (``Executor``'s ``run_ahead``: no power manager, no
-        faults, no trace); the result is bit-identical to :meth:`compute` started at ``t0``."""
+        """Run ``block`` from ``t0`` (s, not before the clock) without the clock: what
+        :meth:`compute` does, at once; returns the block's end, s. None (nothing done beyond
+        the idle time up to ``t0``) when the block needs the clock: a P-state change or
+        transition, a throttle decision due, an HBM model without a device agent, or a
+        stream running on the device agent (beside none: :meth:`_alone_at`, taken back by
+        ``workloads.quiet`` if one starts). Only where nothing else reads or changes this
+        agent meanwhile (``Executor``'s ``run_ahead``); bit-identical to :meth:`compute`."""
         streams = self.streams
         if (not streams.quiet) if streams is not None else self.memory is not None:
             return None
@@ -493,20 +498,15 @@ class Accelerator:
         return t0 + span
 
     def _alone_at(self, block, t0: float, ps: int, at: tuple) -> float:
-        """:meth:`run_at` of a block beside no stream of the device agent: what
-        :meth:`_fluid` computes for a block nothing re-prices, the same operations in the
-        same order (its price is kept in :attr:`ahead_price` for :meth:`resume`)."""
-        first = self.ahead_price = self.streams.price_alone(self, block, ps)
-        c = (first.duration_s, first.gemm_flops, first.compute_j, first.memory_j, block)
-        dur, _f, _d, _m, p_static, _c, _b, _span = self._price(c)
-        total = first.duration_s * (dur / c[0] if c[0] > 0 else 1.0)
+        """:meth:`run_at` beside no stream of the device agent: :meth:`_fluid` of a block
+        nothing re-prices (one piece of fraction 1), the same operations in the same order."""
+        first = self.streams.price_alone(self, block, ps)
+        p_static, _b, stretch = self._fluid_start(block, first)
+        total = first.duration_s * stretch
         t1 = t0 + total * 1.0 if total > 0 else t0
-        d = t1 - t0
-        flops, e_dyn, e_mem = 0.0 + first.gemm_flops, 0.0 + first.compute_j, 0.0 + first.memory_j
         self.streams.ran_alone(block, first)
-        p_chip = (e_dyn + e_mem) / d + p_static if d > 0 else p_static
-        self._account(block, t0, t1, flops, e_dyn, e_mem, p_static, p_chip,
-                      self.reg.input_power(p_chip), ps, *at)
+        self._fluid_account(block, t0, t1, 0.0 + first.gemm_flops, 0.0 + first.compute_j,
+                            0.0 + first.memory_j, p_static, ps, at)
         return t1
 
     def _cost(self, block, ps: int) -> tuple:

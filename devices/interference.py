@@ -240,7 +240,9 @@ class DeviceStreams:
         # every change of the streams
         self._alone_w = 0.0
         self._alone: dict[tuple, Price] = {}  # see price_alone
-        self._books_alone = memory is not None and latency is None  # see _account
+        # one op alone booked at level (0, 0) (see _account): its weight, 0 where none is
+        self._alone_op_w = (self.n / self.group * self.group
+                            if memory is not None and latency is None else 0.0)
         self.on_change: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ streams
@@ -433,8 +435,7 @@ class DeviceStreams:
         ahead of the clock: as :meth:`run_block` accounts it, its level (0, 0) kept in
         :attr:`_alone_w` until :meth:`book_alone`."""
         self._account(block, p, 1.0, book=False)
-        if self._books_alone:
-            self._alone_w += self.n / self.group * self.group
+        self._alone_w += self._alone_op_w
 
     def book_alone(self) -> None:
         """Book the weight of the blocks run alone so far on the controller model (what
@@ -448,11 +449,11 @@ class DeviceStreams:
         """The price key (:meth:`_key`) of a block run alone."""
         return 0, (0, 0) if self.memory is not None else None
 
-    def resumed(self, proc, key: tuple) -> None:
+    def resumed(self, proc) -> None:
         """A block run alone ahead of the clock by the agent process ``proc`` and taken back
-        now is the running block from now on (before the streams change: see
-        ``workloads.quiet``); ``key``: its price key."""
-        self._running = (proc, key)
+        now is the running block from now on, at its price key alone (before the streams
+        change: see ``workloads.quiet``)."""
+        self._running = (proc, self.alone_key)
 
     def checkpoint(self) -> tuple:
         """What :meth:`ran_alone` changes, as it stands now (:meth:`restore`)."""
@@ -463,13 +464,13 @@ class DeviceStreams:
         self._w, self._w_hbm, self._w_dur, self._alone_w = cp
 
     def run_block(self, acc, block, ps: int, stretch: float, first: Price,
-                  start: float | None = None, key: tuple | None = None):
+                  start: float | None = None):
         """Process body: run ``block`` as a fluid job whose rate follows the streams beside
         it. ``first`` is its price at the start (:meth:`price`), ``stretch`` the factor the
         accelerator applies to every duration (degradation, jitter, power-cap duty cycle).
-        ``start``, ``key``: a block that started at ``start`` (s, before now) alone, with
-        the price key ``key``, run ahead of the clock and taken back now as the streams
-        change (``workloads.quiet``): it goes on as if it had run on the clock since then.
+        ``start``: a block that started alone at ``start`` (s, before now), run ahead of the
+        clock and taken back now as the streams change (``workloads.quiet``): it goes on as
+        if it had run on the clock since then.
 
         The block runs at rate ``1 / (stretch x price(mix).duration_s)`` of its work while the
         mix holds; when a stream starts or ends the block is re-priced at the new mix and its
@@ -481,7 +482,7 @@ class DeviceStreams:
         p = first
         flops = e_dyn = e_mem = 0.0
         t0 = ts = env.now if start is None else start
-        self._running = (env.active_process, self._key() if key is None else key)
+        self._running = (env.active_process, self._key() if start is None else self.alone_key)
         self._ports()
         try:
             while True:
@@ -592,8 +593,8 @@ class DeviceStreams:
         alone is booked on the controller model at level (0, 0) (``book``), as one op."""
         if f <= 0.0:
             return
-        if book and self._books_alone and p.mix == (0, 0):
-            self.memory.record((0, 0), 1.0, self.n / self.group * self.group)
+        if book and self._alone_op_w and p.mix == (0, 0):
+            self.memory.record((0, 0), 1.0, self._alone_op_w)
         mix = p.mix
         streams = 1 + mix[0] + mix[1]
         if self.memory is not None and streams > self.max_streams:

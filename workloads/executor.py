@@ -360,7 +360,7 @@ class Executor:
         if t1 is not None:
             self.ahead_ops[cls] += 1
             if q is not None:
-                q.add(cls, mark, index, ins, t, t1, it, blocks)
+                q.add(cls, mark, index, ins, t, t1, it)
         return t1
 
     def _tp_at(self, cls: int, index: int, algo: str, nbytes: float, t: float) -> float | None:

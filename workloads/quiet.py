@@ -51,8 +51,8 @@ class _Op(NamedTuple):
     tp_s: float         # the class's TP time before it, s
     ops: int            # the class's run-ahead operations before it
     state: tuple | None  # compute: (Accelerator.checkpoint(), DeviceStreams.checkpoint())
-    block: tuple | None  # compute: (block, price, price key, (iteration, mb, chunk, layer))
     ins: tuple          # the instruction
+    it: int             # the iteration
 
 
 class QuietRunAhead:
@@ -103,16 +103,10 @@ class QuietRunAhead:
         return ex.stats[cls].tp_s, ex.ahead_ops[cls], state
 
     def add(self, cls: int, mark: tuple, index: int, ins: tuple, t0: float, t1: float,
-            it: int, blocks: dict) -> None:
-        """Instruction ``ins`` (program ``index``; its stage's ``blocks``) of ``cls`` ran
-        ahead from ``t0`` to ``t1`` (s); ``mark`` is :meth:`mark` before it."""
-        ex = self.ex
-        tp_s, ops, state = mark
-        block = None
-        if state is not None:
-            block = (blocks[ins[1]], ex.accelerators[cls].ahead_price,
-                     ex.streams[cls].alone_key, (it, *ins[2:5]))
-        self.log[cls].append(_Op(index, t0, t1, tp_s, ops, state, block, ins))
+            it: int) -> None:
+        """Instruction ``ins`` (program ``index``, iteration ``it``) of ``cls`` ran ahead
+        from ``t0`` to ``t1`` (s); ``mark`` is :meth:`mark` before it."""
+        self.log[cls].append(_Op(index, t0, t1, *mark, ins, it))
         self.until[cls] = t1
 
     def settle(self, cls: int) -> None:
@@ -137,9 +131,9 @@ class QuietRunAhead:
         e = log[k]
         # the first instruction taken back: from the one in flight at s if a block or
         # starting at s (it starts after the change, as a block the change finds starting)
-        back = k if e.block is not None or e.t0 >= s else k + 1
+        back = k if e.state is not None or e.t0 >= s else k + 1
         for later in log[back:]:  # (a count taken back from the fabric's closed counters:
-            if later.block is None:  # folded or not, the sums come out the same integers)
+            if later.state is None:  # folded or not, the sums come out the same integers)
                 phases = ex._tp_plan(cls, later.ins[1], later.ins[2])[1]
                 ex.fabric.closed_counter(phases)[0][1] -= 1
         first = next((x for x in log[back:] if x.state is not None), None)
@@ -153,11 +147,11 @@ class QuietRunAhead:
         self.rewinds += 1
         if e.t0 >= s:  # not started: the agent starts it with the clock now
             rw = Rewind(e.index, at=s)
-        elif e.block is not None:  # in flight: the running block of the device agent from now
-            block, price, key, at = e.block
-            ex.streams[cls].resumed(ex.agent_proc[cls], key)
-            rw = Rewind(e.index + 1, body=ex.accelerators[cls].resume(block, e.t0, price, key,
-                                                                         at))
+        elif e.state is not None:  # in flight: the running block of the device agent from now
+            ex.streams[cls].resumed(ex.agent_proc[cls])
+            block = ex.blocks[int(ex.layout.class_stage[cls])][e.ins[1]]
+            rw = Rewind(e.index + 1, body=ex.accelerators[cls].resume(
+                block, e.t0, (e.it, *e.ins[2:5])))
         else:
             rw = Rewind(e.index + 1, at=e.t1)
         ex.agent_proc[cls].interrupt(rw)
