@@ -33,6 +33,7 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
+from devices.fluid import FluidRings
 from devices.link import Link, LinkDown
 from devices.phase import MessageRecord, Phase, lockstep_ok, per_device
 from devices.replicas import ReplicaQuotient
@@ -147,6 +148,7 @@ class Fabric:
         self._lockstep_ok: set[Phase] = set()
         self.substeps = int(ring_substeps)  # barriers per ring chunk (network.ring_substeps)
         self.lockstep_transfers = 0  # transfers sent as one lock-step flow so far
+        self.fluid: FluidRings | None = None  # fluid lock-step phases beside the HBM ports
 
     # ----------------------------------------------------------------- accounting
     def _flow_counter(self, counter: np.ndarray, ids: np.ndarray, weighted: bool) -> np.ndarray:
@@ -176,6 +178,8 @@ class Fabric:
         """Add the :meth:`run_closed` executions counted since the last call to the device
         and phase counters (k times each phase's bytes: byte counts are integers, so the
         same sums as adding them one by one)."""
+        if self.fluid is not None:
+            self.fluid.fold()
         for entry in self._unfolded.values():
             k = entry[1]
             if k:
@@ -203,7 +207,7 @@ class Fabric:
         if self.model == "flow":
             ids = np.arange(self.topo.n_links)
             return (self._flow_counter(self.flows.link_bytes, ids, True)
-                    + self._closed_counters()[0])
+                    + self._closed_counters()[0] + self._fluid_counter("link_bytes"))
         return np.array([lk.bytes for lk in self.links])
 
     @property
@@ -212,7 +216,7 @@ class Fabric:
         if self.model == "flow":
             ids = np.arange(self.topo.n_links)
             return (self._flow_counter(self.flows.link_busy, ids, False)
-                    + self._closed_counters()[1])
+                    + self._closed_counters()[1] + self._fluid_counter("link_busy"))
         return np.array([lk.busy_s for lk in self.links])
 
     @property
@@ -223,7 +227,12 @@ class Fabric:
             return np.zeros(self.topo.n_devices)
         n = self.topo.n_links
         ids = np.arange(n, n + self.topo.n_devices)
-        return self._flow_counter(self.flows.link_bytes, ids, True)
+        return self._flow_counter(self.flows.link_bytes, ids, True) + self._fluid_counter(
+            "port_bytes")
+
+    def _fluid_counter(self, name: str) -> np.ndarray | float:
+        """A counter of the fluid phases (:attr:`fluid`), 0 without them."""
+        return 0.0 if self.fluid is None else getattr(self.fluid, name)
 
     def real_capacity(self, ids: np.ndarray) -> np.ndarray:
         """Bytes/s of flow-engine links ``ids`` (links, then HBM ports) as built and set,
@@ -260,13 +269,13 @@ class Fabric:
         q = self.quotient
         if q is None:
             self.flows.set_capacity(ids, capacity)
-            return
-        # symmetric runs cap a whole class (all replicas) alike: set each learnt cycle's link
-        canon = np.unique(q.canon[ids])
-        canon = canon[canon >= 0]
-        for scale in np.unique(q.capacity_scale(canon)).tolist():
-            links = canon[q.capacity_scale(canon) == scale]
-            self.flows.set_capacity(links, capacity * scale)
+        else:  # symmetric runs cap a whole class (all replicas) alike: each learnt cycle's link
+            ids = np.unique(q.canon[ids])
+            ids = ids[ids >= 0]
+            for scale in np.unique(q.capacity_scale(ids)).tolist():
+                self.flows.set_capacity(ids[q.capacity_scale(ids) == scale], capacity * scale)
+        if self.fluid is not None:
+            self.fluid.recap(ids.tolist())
 
     def with_ports(self, routes: list, src, dst) -> list:
         """``routes`` with their ends' HBM ports appended (flow engine routes)."""
@@ -370,6 +379,8 @@ class Fabric:
         phase has no route (failures). Not interruptible: runs that can abort use
         :meth:`run_phase` inside their own processes.
         """
+        if self.fluid is not None and self.fluid.takes(phases):
+            return self.fluid.start(phases, name, owner, done)
         if self.model != "flow" or any(self._plan(ph) is None for ph in phases):
             def body():
                 for ph in phases:

@@ -239,8 +239,8 @@ def test_blocking_tp_beside_hbm_ports_takes_the_closed_form(memory, monkeypatch)
 
     fast = _run(False, memory=memory)
     assert fast["tp_closed_form_collectives"] > 0 and fast["hbm_port_capped_s"] > 0
-    monkeypatch.setattr(Executor, "tp_closed_form_groups", lambda self: set())
-    flows = _run(False, memory=memory)
+    monkeypatch.setattr(Executor, "tp_closed_form_groups", lambda self, ports=True: set())
+    flows = _run(False, memory=memory)  # (so no fluid jobs either: devices.fluid)
     assert flows["tp_closed_form_collectives"] == 0 and fast["events"] < flows["events"]
     for key in ("iteration_time_s", "energy_j", "makespan_s", "link_bytes", "bytes_sent",
                 "hbm_port_capped_s", "hbm_slowdown_mean", "exposed_comm_fraction"):

@@ -123,6 +123,7 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
             ("symmetry", model.symmetric), ("chained_transfers", ex.chained),
             ("tp_closed_form", getattr(ex, "closed_form_collectives", 0) > 0),
             ("tp_optimistic", _optimistic(ex)[0] > 0),
+            ("tp_fluid", _fluid(fabric)[0] > 0),
             ("replica_quotient", getattr(fabric, "quotient", None) is not None),
             ("lockstep_rings", getattr(fabric, "lockstep_transfers", 0) > 0
              and scen.rings == "step"),  # (with lockstep it is the model)
@@ -141,6 +142,11 @@ def summarize(model: Model, env, fabric, ex, wall_s: float) -> dict[str, Any]:
         # and the times such traffic took an agent's run back (workloads.optimistic)
         "tp_optimistic_collectives": _optimistic(ex)[0],
         "tp_optimistic_rewinds": _optimistic(ex)[1],
+        # of the others beside HBM ports: run as fluid jobs at their ports' caps, and the
+        # phases of them handed to the flow network when other traffic reached a port
+        # (devices.fluid)
+        "tp_fluid_collectives": _fluid(fabric)[0],
+        "tp_fluid_handoffs": _fluid(fabric)[1],
         # compute blocks and TP collectives an agent ran ahead of the clock (one event for a
         # run of them; workloads.executor ``run_ahead``)
         "run_ahead_ops": int(getattr(ex, "run_ahead_ops", 0)),
@@ -257,6 +263,13 @@ def _optimistic(ex) -> tuple[int, int]:
     by such traffic) of an executor (``workloads.optimistic``; zeros when not used)."""
     opt = getattr(ex, "optimistic", None)
     return (0, 0) if opt is None else (int(opt.collectives), int(opt.rewinds))
+
+
+def _fluid(fabric) -> tuple[int, int]:
+    """(TP collectives run as fluid jobs at their HBM ports' caps, phases of them handed to
+    the flow network) of a fabric (``devices.fluid``; zeros when not used)."""
+    fl = getattr(fabric, "fluid", None)
+    return (0, 0) if fl is None else (int(fl.jobs), int(fl.handoffs))
 
 
 def _power_keys(model: Model, ex, fabric, breakdown: dict[str, float], energy: float,

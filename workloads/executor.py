@@ -40,6 +40,7 @@ import simpy
 
 from devices.accelerator import Accelerator
 from devices.fabric import Fabric
+from devices.fluid import FluidRings
 from twin.kernel.records import Recorder
 from workloads import collectives, nccl
 from workloads.optimistic import OptimisticTP, rejoin
@@ -92,25 +93,23 @@ class Executor:
             that change the class's accelerator, e.g. heavy-tailed HBM service).
         chained: run tensor-parallel collectives as chained fabric transfers instead of
             processes (faster; only for runs that nothing can abort or cut off).
-        data: the data path (``workloads.data.DataPath``) that ``DATA`` instructions take
-            their input from, or None.
-        overlap: which streams overlap compute (``workloads.overlap.OverlapSpec``; default:
-            today's).
+        data: the data path (``workloads.data.DataPath``) of ``DATA`` instructions, or None.
+        overlap: which streams overlap compute (``workloads.overlap.OverlapSpec``).
         streams: one device agent per rank class (``devices.interference.DeviceStreams``)
             that communication streams are started and ended on, or None.
         comm_energy: SMs per stream kind and their activity
             (``devices.interference.SmShares``) when communication kernels draw device
             energy (``power.communication_energy``), else None: see :meth:`_comm_energy`.
         closed_form: cost tensor-parallel collectives whose links no other traffic can use
-            in closed form (``Fabric.start_closed``) instead of flow transfers; only for
-            runs that nothing can abort or cut off (see :meth:`tp_closed_form_groups`).
+            in closed form (``Fabric.start_closed``; beside HBM ports as fluid jobs,
+            ``devices.fluid``) instead of flow transfers; only for runs that nothing can
+            abort or cut off (see :meth:`tp_closed_form_groups`).
         run_ahead: let an agent run its compute blocks and closed-form TP collectives ahead of
             the clock, one timeout for a run of them (``Accelerator.run_at``,
-            ``Fabric.run_closed``), where the result is bit-identical: only for runs in which
-            nothing outside the agent reads or changes its device or those collectives' links
-            in between (no power manager, no trace; ``Executor`` further requires no fault
-            hook and no bubble down-clocking of TP waits, and keeps the classes in
-            ``clocked``, whose devices a fault changes, on the clock); beside device agents
+            ``Fabric.run_closed``), where the result is bit-identical: nothing outside the
+            agent reads or changes its device or those links in between (no power manager,
+            trace, fault hook or bubble down-clocking of TP waits; the classes in ``clocked``,
+            whose devices a fault changes, stay on the clock); beside device agents
             (``streams``) what a stream reaches is taken back (``workloads.quiet``).
         optimistic: with ``run_ahead`` and no ``streams``, also run ahead the TP collectives
             of groups whose links other traffic may reach, taken back when it does
@@ -124,14 +123,9 @@ class Executor:
                  chained: bool = False, data=None, overlap: OverlapSpec | None = None,
                  streams: list | None = None, comm_energy=None, closed_form: bool = False,
                  run_ahead: bool = False, optimistic: bool = False):
-        self.env = env
-        self.layout = layout
-        self.fabric = fabric
-        self.programs = programs
-        self.blocks = blocks
-        self.accelerators = accelerators
-        self.iterations = iterations
-        self.recorder = recorder
+        self.env, self.layout, self.fabric = env, layout, fabric
+        self.programs, self.blocks, self.accelerators = programs, blocks, accelerators
+        self.iterations, self.recorder = iterations, recorder
         n = len(layout.classes)
         self.stats = [CommStats() for _ in range(n)]
         self._mail: dict[tuple, simpy.Event] = {}
@@ -141,15 +135,12 @@ class Executor:
         self._rendezvous: dict[tuple, list] = {}
         self._phase_cache: dict[tuple, object] = {}
         self._groups_cache: dict[tuple[str, int], tuple[np.ndarray, tuple[int, ...]]] = {}
-        self.job = job
-        self.before_block = before_block
-        self.chained = chained
-        self.data = data
+        self.job, self.before_block, self.chained, self.data = job, before_block, chained, data
         self.overlap = ov = overlap if overlap is not None else OverlapSpec()
-        self.streams = streams
-        self.comm_energy = comm_energy
+        self.streams, self.comm_energy = streams, comm_energy
         self.closed_form = closed_form and fabric.model == "flow"
-        self._closed_groups: set[tuple[int, ...]] | None = None  # see tp_closed_form_groups
+        self._closed_groups: set | None = None  # TP groups in closed form: see _closed
+        self._fluid: set | None = None  # TP groups as fluid jobs: see _allow_fluid
         self.closed_form_collectives = 0  # TP collectives costed in closed form
         self.run_ahead = run_ahead and chained and QuietRunAhead.allows(streams)
         self.ahead_ops = [0] * n  # compute blocks and TP collectives run ahead, per class
@@ -656,6 +647,7 @@ class Executor:
                 phases = nccl.tune_phases(algo, phases, nbytes, groups.shape[1], self.fabric)
             if kind == "tp":  # (devices.phase.lockstep_ok: why not the other kinds)
                 self.fabric.allow_lockstep(phases)
+                self._allow_fluid(parts, phases)
             self._phase_cache[key] = phases
         return phases
 
@@ -689,26 +681,34 @@ class Executor:
         return parts in self._closed_groups and all(
             self.fabric.closed_form(ph) is not None for ph in phases)
 
-    def tp_closed_form_groups(self) -> set[tuple[int, ...]]:
-        """The TP collectives (by their participating classes) whose links no other traffic
-        can use (``workloads.tp_isolation.isolated_tp_groups``); empty when the run can be
-        aborted or have links cut (the executor is not ``chained``). In exact mode the runner
-        passes ``closed_form=False`` and this is never asked."""
+    def _allow_fluid(self, parts: tuple[int, ...], phases: list) -> None:
+        """Let a TP collective whose links nothing else uses, its HBM ports aside, run as a
+        fluid job at its ports' caps (``devices.fluid``; chained runs, real network)."""
+        fab = self.fabric
+        if self._fluid is None:
+            ok = self.closed_form and fab.ports and not self._optimistic
+            self._fluid = self.tp_closed_form_groups(ports=False) if ok else set()
+            fab.fluid = FluidRings(fab) if self._fluid else None
+        if parts in self._fluid:
+            fab.fluid.allow(phases)
+
+    def tp_closed_form_groups(self, ports: bool = True) -> set[tuple[int, ...]]:
+        """The TP collectives (by participating classes) whose links no other traffic can use
+        (``tp_isolation.isolated_tp_groups``; ``ports=False``: HBM ports aside); none unless
+        ``chained`` (nothing aborts the run or cuts links). Not asked in exact mode."""
         if not self.chained:
             return set()
         return isolated_tp_groups(self.layout, self.fabric, lambda c: self._groups("tp", c),
-                                  blocking=not self.overlap.tp_comm)
+                                  blocking=not (ports and self.overlap.tp_comm))
 
     def _comm_energy(self, classes, phases: list, t0: float, kind: str,
                      t1: float | None = None) -> None:
         """Device energy of a finished collective or send (``power.communication_energy``):
-        every byte a phase moves is read from HBM at its sender and written to HBM at its
-        receiver, so a device's HBM bytes are ``2 x bytes moved / devices taking part``
-        (exact for the symmetric collectives; a send's sender reads and its receiver writes
-        the message), and its NCCL kernel holds ``SmShares.of(kind)`` SMs (Transformer
-        Engine's for overlapped TP chunks; ``tp_blocking``: an NCCL collective) from ``t0``
-        to now. A collective without phases (a group of one rank: dp 1) moves nothing and
-        launches no kernel."""
+        each byte moved is read from HBM at its sender and written at its receiver, so a
+        device's HBM bytes are ``2 x bytes moved / devices taking part`` (exact for the
+        symmetric collectives and sends), and its NCCL kernel holds ``SmShares.of(kind)``
+        SMs (``tp_blocking``: an NCCL collective) from ``t0`` to now. A collective without
+        phases (a group of one rank) moves nothing and launches no kernel."""
         ce = self.comm_energy
         if ce is None or not phases:
             return

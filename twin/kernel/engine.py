@@ -67,3 +67,15 @@ class Engine(simpy.Environment):
         ev._value = None
         heappush(self._queue, (t, NORMAL, next(self._eid), ev))
         return ev
+
+    def fire(self, ev: simpy.Event) -> None:
+        """Process the untriggered event ``ev`` now, within the event being processed: its
+        callbacks run at once, before anything else queued at this instant, as if they were
+        that event's own. What a callback that would ``succeed`` ``ev`` gets without one
+        more event in the queue (``devices.fluid``: a collective's end fires its waiters as
+        a closed-form collective's own timeout does)."""
+        ev._ok = True
+        ev._value = None
+        callbacks, ev.callbacks = ev.callbacks, None
+        for cb in callbacks:
+            cb(ev)

@@ -169,9 +169,10 @@ class FlowNetwork:
         cap = float(capacity)
         if not cap > 0.0:
             raise ValueError(f"set_capacity: capacity must be > 0 bytes/s (given {cap!r})")
-        if bool(np.all(self.capacity[idx] == cap)):
+        if (self.capacity[idx] == cap).all():
             return
-        comps = {t.comp for lk in idx.tolist() for t in self._on_link.get(lk, ())
+        on = self._on_link
+        comps = {t.comp for lk in idx.tolist() if lk in on for t in on[lk]
                  if t.comp is not None}
         for c in comps:
             self._advance_comp(c)

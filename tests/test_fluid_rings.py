@@ -1,0 +1,224 @@
+"""Lock-step ring phases as fluid jobs at their HBM ports' caps (``devices.fluid``, issue 12).
+
+References: the fluid drain worked out by hand here (bytes moved at one rate up to a port
+change, the rest at the other, then the latency); the flow engine itself running the same
+phases through the same port changes and competing transfers (``Fabric.run_phase``); and
+whole runs with the fluid jobs turned off (every overlapped TP collective through the flow
+engine and its ports), which must agree to rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from devices.fabric import Fabric, Phase
+from devices.fluid import FluidRings
+from devices.spec import LinkSpec
+from topologies.graph import build_topology
+from topologies.routing import Router
+from twin.catalogs import catalog
+from twin.kernel.engine import Engine
+from workloads import collectives as C
+from workloads import nccl
+
+N_BYTES = 48e6  # a TP all-gather chunk of a large model (Simple protocol)
+
+
+def _fabric(fluid: bool, record=None):
+    spec = LinkSpec.model_validate(catalog("links").get("nvlink4-switch").values)
+    nic = LinkSpec.model_validate(catalog("links").get("ib-ndr400-port").values)
+    env = Engine()
+    topo = build_topology("switched", (8, 2), spec.name, 18, nic_link=nic.name)
+    fab = Fabric(env, topo, Router(topo), {spec.name: spec, nic.name: nic}, model="flow",
+                 record=record, hbm_ports=True, lockstep_rings="all")
+    group = np.arange(8)[None, :]
+    phases = nccl.tune_phases("allgather", C.collective_phases(
+        "allgather", "ring", group, N_BYTES, topo), N_BYTES, 8, fab)
+    if fluid:
+        fab.fluid = FluidRings(fab)
+        fab.fluid.allow(phases)
+        assert fab.fluid.takes(phases)
+    return env, fab, phases, spec
+
+
+def _at(env, t: float, fn) -> None:
+    env.timeout_at(t).callbacks.append(lambda _e: fn())
+
+
+def _drive(fluid: bool, caps=(), sends=(), record=None):
+    """Run the phases from time 0 with port capacity changes ``caps`` ((t, devices, bytes/s))
+    and point-to-point ``sends`` ((t, src, dst, bytes)) on the side; returns the fabric and
+    the time the phases ended."""
+    env, fab, phases, spec = _fabric(fluid, record)
+    for t, devs, cap in caps:
+        _at(env, t, lambda d=devs, c=cap: fab.set_port_capacity(d, c))
+    for t, a, b, nb in sends:
+        ph = Phase(np.array([a]), np.array([b]), np.array([nb]), 1)
+        _at(env, t, lambda p=ph: fab.start([p], "send"))
+    end = []
+    done = fab.start(phases, "tp_ring", 0)
+    done.callbacks.append(lambda _e: end.append(env.now))
+    env.run()
+    return fab, end[0], spec, phases
+
+
+def test_fire_runs_the_waiters_at_once_inside_the_current_event():
+    """``Engine.fire``: an event fired from a callback runs its callbacks then and there (as
+    the firing timeout's own would), not after what is already queued at the instant; a
+    process waiting on it resumes at the same time; it adds no event to the count."""
+    env = Engine()
+    ev, order = env.event(), []
+
+    def waiter():
+        yield ev
+        order.append(("waiter", env.now))
+    env.process(waiter())
+    first = env.timeout(1.0)
+    first.callbacks.append(lambda _e: (order.append(("first", env.now)), env.fire(ev)))
+    env.timeout(1.0).callbacks.append(lambda _e: order.append(("queued", env.now)))
+    env.run()
+    # the waiting process resumed inside "first", before what was queued at the instant
+    assert order == [("first", 1.0), ("waiter", 1.0), ("queued", 1.0)]
+    assert ev.processed and ev.ok
+    counts = {}
+    for how in ("fire", "succeed"):
+        env2 = Engine()
+        ev2, seen = env2.event(), []
+        ev2.callbacks.append(lambda _e, s=seen, e=env2: s.append(e.now))
+        fire = env2.fire if how == "fire" else (lambda e: e.succeed())
+        env2.timeout(2.0).callbacks.append(lambda _e, f=fire, e=ev2: f(e))
+        env2.timeout(2.0).callbacks.append(lambda _e, s=seen: s.append("after"))
+        env2.run()
+        assert seen == ([2.0, "after"] if how == "fire" else ["after", 2.0])
+        counts[how] = env2.events_processed
+    assert counts["fire"] == counts["succeed"] - 1
+
+
+def test_uncapped_it_is_the_closed_form():
+    fab, end, _spec, phases = _drive(True)
+    drain, lat, _links, _per = fab.closed_form(phases[0])
+    assert end == pytest.approx(drain + lat, rel=1e-12)
+    assert fab.fluid.jobs == 1 and fab.fluid.handoffs == 0
+
+
+def test_a_port_cap_mid_drain_moves_the_rest_at_the_new_rate():
+    """Worked by hand: the ring's one lock-step flow crosses every port twice (each GPU
+    sends and receives), so under a cap C on all ports it moves min(r0, C / 2) bytes/s,
+    r0 its uncapped rate; capped from t1 it has moved r0 t1 bytes by then."""
+    _f, end0, _s, phases = _drive(True)
+    _env, fab, _p, _spec = _fabric(True)
+    drain, lat, _l, _b = fab.closed_form(phases[0])
+    nbytes = fab._plan(phases[0])[10][0]  # one flow's bytes (every member's share)
+    r0 = nbytes / drain
+    t1, cap = 0.3 * drain, 0.5 * r0  # C / 2 = r0 / 4
+    fab2, end, _s, _p = _drive(True, caps=[(t1, np.arange(8), cap)])
+    expect = t1 + (nbytes - r0 * t1) / (cap / 2) + lat
+    assert end == pytest.approx(expect, rel=1e-12)
+    assert end0 < end
+    # its links were busy while it drained; the ports carried every byte sent and received
+    busy = fab2.link_busy_s
+    assert busy.max() == pytest.approx(expect - lat, rel=1e-12)
+    np.testing.assert_allclose(fab2.port_bytes[:8], 2 * nbytes, rtol=1e-12)
+    assert fab2.port_bytes[8:].sum() == 0
+
+
+CAPS = [(2e-5, np.arange(8), 60e9), (5e-5, np.arange(4), 30e9), (9e-5, np.arange(8), np.inf),
+        (1.1e-4, np.array([3]), 20e9)]
+SIDE = {  # other traffic on the ports: none; mid-drain; during the latency; at the start
+    "alone": [],
+    "send_mid_drain": [(4e-5, 2, 9, 8e6)],
+    "send_into_port": [(3e-5, 9, 5, 4e6), (6e-5, 12, 1, 2e6)],
+    "send_at_start": [(0.0, 1, 10, 3e6)],
+}
+
+
+@pytest.mark.parametrize("side", list(SIDE))
+def test_same_as_the_flow_engine(side):
+    """Port changes and competing sends: the fluid job (handed over to the engine when a
+    send reaches one of its ports) against the engine alone: end time, every link's bytes
+    and busy seconds, port and device bytes and message rows, to rounding."""
+    rows_f, rows_e = [], []
+    fab_f, end_f, _s, _p = _drive(True, CAPS, SIDE[side], rows_f.append)
+    fab_e, end_e, _s, _p = _drive(False, CAPS, SIDE[side], rows_e.append)
+    assert end_f == pytest.approx(end_e, rel=1e-12)
+    for attr in ("link_bytes", "link_busy_s", "port_bytes", "bytes_sent", "bytes_received"):
+        np.testing.assert_allclose(getattr(fab_f, attr), getattr(fab_e, attr), rtol=1e-12,
+                                   atol=1e-6, err_msg=attr)
+    assert len(rows_f) == len(rows_e)
+    for a, b in zip(sorted(rows_f, key=lambda r: (r.name, r.t_start)),
+                    sorted(rows_e, key=lambda r: (r.name, r.t_start)), strict=True):
+        assert a[2:-1] == b[2:-1]  # name, owner, pairs, steps, bytes, hops, ends (not plan)
+        assert (a.t_start, a.t_end) == pytest.approx((b.t_start, b.t_end), rel=1e-12)
+    assert fab_f.fluid.handoffs == (0 if side == "alone" else 1)
+
+
+def test_a_send_during_the_latency_hands_the_next_phase_over():
+    """Two phases back to back; a send reaches a port after the first drained, while it
+    waits out its latency: the first ends here, the second starts in the engine (it would
+    share the port with the send), as the engine alone gives it."""
+    env, fab, phases, _spec = _fabric(True)
+    drain, lat, _l, _b = fab.closed_form(phases[0])
+    assert lat > 0
+    send = [(drain + 0.5 * lat, 9, 3, 64e6)]
+    ends = {}
+    for fluid in (True, False):
+        env, fab, phases, _spec = _fabric(fluid)
+        two = [phases[0], phases[0]]
+        if fluid:
+            fab.fluid.allow(two)
+        for t, a, b, nb in send:
+            ph = Phase(np.array([a]), np.array([b]), np.array([nb]), 1)
+            _at(env, t, lambda p=ph, f=fab: f.start([p], "send"))
+        done = fab.start(two, "tp_ring", 0)
+        env.run(done)
+        ends[fluid] = (env.now, fab.link_busy_s, fab.port_bytes)
+        if fluid:
+            assert fab.fluid.jobs == 1 and fab.fluid.handoffs == 1
+    assert ends[True][0] == pytest.approx(ends[False][0], rel=1e-12)
+    assert ends[True][0] > 2 * (drain + lat)  # the second phase shared port 3 with the send
+    np.testing.assert_allclose(ends[True][1], ends[False][1], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ends[True][2], ends[False][2], rtol=1e-12)
+
+
+# ----------------------------------------------------------------- whole runs
+RUNS = {  # overlapped TP beside HBM ports (memory.transfer_cap): FR-FCFS device agents
+    "symmetric": {"memory": {"model": "frfcfs", "per_device_draws": False}},
+    "per_device": {"memory": {"model": "frfcfs"}},
+    "queue_pareto": {"memory": {"model": "queue", "per_device_draws": False,
+                                "service": {"dist": "pareto", "alpha": 1.8}}},
+    "blocking_sends": {"memory": {"model": "frfcfs", "per_device_draws": False},
+                       "overlap": {"tp_comm": True, "pipeline": False}},
+}
+KEYS = ("iteration_time_s", "makespan_s", "energy_j", "link_bytes", "bytes_sent",
+        "hbm_port_capped_s", "hbm_port_cap_min_gbps", "hbm_slowdown_mean", "hbm_max_streams",
+        "exposed_comm_fraction", "tp_comm_time_per_device_s", "memory_slowdown_mean")
+
+
+@pytest.mark.parametrize("case", list(RUNS))
+def test_runs_agree_with_the_flow_engine(case, monkeypatch):
+    """Whole runs (2 nodes, TP 8 x PP 2 x DP 2: pipeline sends and DP rings share the TP
+    groups' ports): with fluid TP jobs against every TP collective through the flow engine
+    (``Executor._allow_fluid`` off), the same random draws; to rounding."""
+    from tests.test_tp_closed_form import _run
+    from workloads.executor import Executor
+
+    kw = {"overlap": {"tp_comm": True}} | RUNS[case]
+    fluid = _run(False, **kw)
+    assert fluid["tp_fluid_collectives"] > 0 and "tp_fluid" in fluid["shortcuts_used"]
+    assert fluid["tp_fluid_handoffs"] > 0  # pipeline sends and DP rings reached the ports
+    assert fluid["hbm_port_capped_s"] > 0
+    monkeypatch.setattr(Executor, "_allow_fluid", lambda self, parts, phases: None)
+    flows = _run(False, **kw)
+    assert flows["tp_fluid_collectives"] == 0 and fluid["events"] < flows["events"]
+    for key in KEYS:
+        assert fluid[key] == pytest.approx(flows[key], rel=1e-9), key
+
+
+def test_exact_mode_and_no_ports_take_no_fluid_jobs():
+    from tests.test_tp_closed_form import _run
+
+    kw = {"overlap": {"tp_comm": True}, "memory": {"model": "frfcfs"}}
+    assert _run(True, **kw)["tp_fluid_collectives"] == 0
+    no_cap = _run(False, **kw | {"memory": {"model": "frfcfs", "transfer_cap": False}})
+    assert no_cap["tp_fluid_collectives"] == 0 and no_cap["tp_closed_form_collectives"] > 0
