@@ -79,6 +79,8 @@ class FlowNetwork:
         self.capacity = np.asarray(capacity, dtype=float).copy()
         self.variable = (None if variable is None or not np.any(variable)
                          else np.asarray(variable, dtype=bool).copy())
+        self._variable_ids = (frozenset() if self.variable is None
+                              else frozenset(np.flatnonzero(self.variable).tolist()))
         self.on_finish = on_finish
         self.transfers: dict[int, Transfer] = {}
         self._next_id = 0
@@ -164,16 +166,19 @@ class FlowNetwork:
         their max-min rates are recomputed at the new capacities (no change: nothing done).
         """
         idx = np.asarray(links, dtype=np.int64)
-        if self.variable is None or not self.variable[idx].all():
+        ids = idx.tolist()
+        if not self._variable_ids.issuperset(ids):
             raise ValueError("set_capacity: only links marked variable can change capacity")
         cap = float(capacity)
         if not cap > 0.0:
             raise ValueError(f"set_capacity: capacity must be > 0 bytes/s (given {cap!r})")
+        on = self._on_link
+        comps = {t.comp for lk in ids if lk in on for t in on[lk] if t.comp is not None}
+        if not comps:  # nothing crosses them: only the capacity to keep
+            self.capacity[idx] = cap
+            return
         if (self.capacity[idx] == cap).all():
             return
-        on = self._on_link
-        comps = {t.comp for lk in idx.tolist() if lk in on for t in on[lk]
-                 if t.comp is not None}
         for c in comps:
             self._advance_comp(c)
         self.capacity[idx] = cap
