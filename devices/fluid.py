@@ -18,7 +18,7 @@ shared with every transfer of their device, so when a transfer is about to join 
 on one of a job's ports (the engine's ``before_join`` hook), the job hands the
 phase's rest to the engine with the share of its bytes already delivered and its busy time
 (``Fabric._chain``): from then on the engine shares the ports as it would have all along.
-A job that has drained and waits out its latency hands over at the phase's end.
+A phase that starts while a transfer is on one of its ports starts in the engine.
 
 Link, port and device byte counters, link busy seconds and message rows are the engine's
 (kept here and added when the fabric's counters are read). ``simulation.exact`` turns it off
@@ -58,14 +58,14 @@ class _Job:
     (draining ``drain`` seconds per whole phase at the current capacities), its end
     ``latency`` after that; ``gen`` tells stale timeouts apart."""
 
-    __slots__ = ("done", "drain", "gen", "handoff", "i", "name", "owner", "phases",
+    __slots__ = ("done", "drain", "gen", "i", "name", "owner", "phases",
                  "ports", "serial", "st", "t0", "t_drain")
 
     def __init__(self, serial: int, phases: list[Phase], name: str, owner: int,
                  done: simpy.Event):
         self.serial = serial
         self.phases, self.name, self.owner, self.done = phases, name, owner, done
-        self.i, self.gen, self.handoff = 0, 0, False
+        self.i, self.gen = 0, 0
         self.t0 = self.t_drain = self.drain = 0.0
         self.ports: tuple[int, ...] = ()
         self.st: _Static | None = None
@@ -100,7 +100,7 @@ class FluidRings:
         # all, their summed busy seconds]
         self._tally: dict[Phase, list] = {}
         self.jobs = 0  # phase lists started here
-        self.handoffs = 0  # phases handed to the engine before their end
+        self.handoffs = 0  # phases that went to the engine (the rest of one, or from its start)
         self._hook = flows.before_join
         flows.before_join = self.before_join
 
@@ -247,8 +247,6 @@ class FluidRings:
         job.i += 1
         if job.i == len(job.phases):
             self.env.fire(job.done)
-        elif job.handoff:
-            self._hand_over(job, 0.0, 0.0)
         else:
             self._begin(job)
 
@@ -269,16 +267,17 @@ class FluidRings:
             self._schedule(job)
 
     def before_join(self, tr) -> None:
-        """Engine hook: ``tr`` is about to join; a job on one of its ports hands its
-        phase's rest over first (a job waiting out its latency, at the phase's end)."""
+        """Engine hook: ``tr`` is about to join; a job draining through one of its ports
+        hands its phase's rest over first. (A job waiting out its latency has no flow left;
+        if ``tr`` is still on the ports when its next phase starts, that one goes to the
+        engine, :meth:`_begin`.)"""
         on = self._on
         if on:
             jobs = {on[lk] for lk in tr.links if lk in on}
             now = self.env.now
             for job in sorted(jobs, key=_serial):
-                if job.t_drain <= now:
-                    job.handoff = True
-                elif job.ports:  # (not handed over by a transfer this loop started)
+                if job.t_drain > now and job.ports:  # (not handed over by a transfer
+                    # this loop started)
                     self._leave(job)
                     job.gen += 1  # its timeout is stale
                     left = (job.t_drain - now) / job.drain

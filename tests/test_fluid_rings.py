@@ -25,20 +25,19 @@ from workloads import nccl
 N_BYTES = 48e6  # a TP all-gather chunk of a large model (Simple protocol)
 
 
-def _fabric(fluid: bool, record=None):
+def _fabric(fluid: bool, record=None, lockstep="all"):
     spec = LinkSpec.model_validate(catalog("links").get("nvlink4-switch").values)
     nic = LinkSpec.model_validate(catalog("links").get("ib-ndr400-port").values)
     env = Engine()
     topo = build_topology("switched", (8, 2), spec.name, 18, nic_link=nic.name)
     fab = Fabric(env, topo, Router(topo), {spec.name: spec, nic.name: nic}, model="flow",
-                 record=record, hbm_ports=True, lockstep_rings="all")
+                 record=record, hbm_ports=True, lockstep_rings=lockstep)
     group = np.arange(8)[None, :]
     phases = nccl.tune_phases("allgather", C.collective_phases(
         "allgather", "ring", group, N_BYTES, topo), N_BYTES, 8, fab)
     if fluid:
         fab.fluid = FluidRings(fab)
         fab.fluid.allow(phases)
-        assert fab.fluid.takes(phases)
     return env, fab, phases, spec
 
 
@@ -46,21 +45,44 @@ def _at(env, t: float, fn) -> None:
     env.timeout_at(t).callbacks.append(lambda _e: fn())
 
 
-def _drive(fluid: bool, caps=(), sends=(), record=None):
-    """Run the phases from time 0 with port capacity changes ``caps`` ((t, devices, bytes/s))
-    and point-to-point ``sends`` ((t, src, dst, bytes)) on the side; returns the fabric and
-    the time the phases ended."""
-    env, fab, phases, spec = _fabric(fluid, record)
+T0 = 1e-5  # the ring starts after the clock's origin (its start enters busy seconds)
+
+
+def _drive(fluid: bool, caps=(), sends=(), record=None, t0=T0, twice=False):
+    """Run the phases (``twice``: the list twice over) from ``t0`` with port capacity changes
+    ``caps`` ((t, devices, bytes/s)) and point-to-point ``sends`` ((t, src, dst, bytes)) on
+    the side, scheduled before the ring at equal times; returns the fabric, the time the
+    phases ended and the phases."""
+    env, fab, phases, _spec = _fabric(fluid, record)
+    if twice:
+        phases = [phases[0], phases[0]]
+        if fluid:
+            fab.fluid.allow(phases)
     for t, devs, cap in caps:
         _at(env, t, lambda d=devs, c=cap: fab.set_port_capacity(d, c))
     for t, a, b, nb in sends:
         ph = Phase(np.array([a]), np.array([b]), np.array([nb]), 1)
         _at(env, t, lambda p=ph: fab.start([p], "send"))
     end = []
-    done = fab.start(phases, "tp_ring", 0)
-    done.callbacks.append(lambda _e: end.append(env.now))
+
+    def go():
+        fab.start(phases, "tp_ring", 0).callbacks.append(lambda _e: end.append(env.now))
+    _at(env, t0, go)
     env.run()
-    return fab, end[0], spec, phases
+    return fab, end[0], phases
+
+
+def test_only_lock_step_phases_with_bytes_are_taken():
+    _env, fab, phases, _spec = _fabric(True)
+    assert fab.fluid.takes(phases)
+    _env, fab, phases, _spec = _fabric(False, lockstep=False)  # flow by flow, step by step
+    fab.fluid = FluidRings(fab)
+    fab.fluid.allow(phases)
+    assert not fab.fluid.takes(phases)
+    _env, fab, phases, _spec = _fabric(True)
+    empty = [Phase(phases[0].src, phases[0].dst, np.zeros(8), phases[0].steps)]
+    fab.fluid.allow(empty)
+    assert not fab.fluid.takes(empty) and not fab.fluid.takes([phases[0]])  # (not allowed)
 
 
 def test_fire_runs_the_waiters_at_once_inside_the_current_event():
@@ -96,51 +118,57 @@ def test_fire_runs_the_waiters_at_once_inside_the_current_event():
 
 
 def test_uncapped_it_is_the_closed_form():
-    fab, end, _spec, phases = _drive(True)
+    fab, end, phases = _drive(True)
     drain, lat, _links, _per = fab.closed_form(phases[0])
-    assert end == pytest.approx(drain + lat, rel=1e-12)
+    assert end == pytest.approx(T0 + drain + lat, rel=1e-12)
     assert fab.fluid.jobs == 1 and fab.fluid.handoffs == 0
+    assert fab.link_busy_s.max() == pytest.approx(drain, rel=1e-12)
 
 
 def test_a_port_cap_mid_drain_moves_the_rest_at_the_new_rate():
     """Worked by hand: the ring's one lock-step flow crosses every port twice (each GPU
     sends and receives), so under a cap C on all ports it moves min(r0, C / 2) bytes/s,
-    r0 its uncapped rate; capped from t1 it has moved r0 t1 bytes by then."""
-    _f, end0, _s, phases = _drive(True)
+    r0 its uncapped rate; capped t1 after its start it has moved r0 t1 bytes by then."""
+    _f, end0, phases = _drive(True)
     _env, fab, _p, _spec = _fabric(True)
     drain, lat, _l, _b = fab.closed_form(phases[0])
     nbytes = fab._plan(phases[0])[10][0]  # one flow's bytes (every member's share)
     r0 = nbytes / drain
     t1, cap = 0.3 * drain, 0.5 * r0  # C / 2 = r0 / 4
-    fab2, end, _s, _p = _drive(True, caps=[(t1, np.arange(8), cap)])
-    expect = t1 + (nbytes - r0 * t1) / (cap / 2) + lat
-    assert end == pytest.approx(expect, rel=1e-12)
+    fab2, end, _p = _drive(True, caps=[(T0 + t1, np.arange(8), cap)])
+    busy = t1 + (nbytes - r0 * t1) / (cap / 2)
+    assert end == pytest.approx(T0 + busy + lat, rel=1e-12)
     assert end0 < end
     # its links were busy while it drained; the ports carried every byte sent and received
-    busy = fab2.link_busy_s
-    assert busy.max() == pytest.approx(expect - lat, rel=1e-12)
+    assert fab2.link_busy_s.max() == pytest.approx(busy, rel=1e-12)
     np.testing.assert_allclose(fab2.port_bytes[:8], 2 * nbytes, rtol=1e-12)
     assert fab2.port_bytes[8:].sum() == 0
+    # capped before it starts: the whole phase at C / 2
+    _fab3, end3, _p = _drive(True, caps=[(0.5 * T0, np.arange(8), cap)])
+    assert end3 == pytest.approx(T0 + nbytes / (cap / 2) + lat, rel=1e-12)
 
 
-CAPS = [(2e-5, np.arange(8), 60e9), (5e-5, np.arange(4), 30e9), (9e-5, np.arange(8), np.inf),
-        (1.1e-4, np.array([3]), 20e9)]
-SIDE = {  # other traffic on the ports: none; mid-drain; during the latency; at the start
+CAPS = [(5e-6, np.arange(8), 80e9), (2e-5, np.arange(8), 60e9), (5e-5, np.arange(4), 30e9),
+        (9e-5, np.arange(8), np.inf), (1.1e-4, np.array([3]), 20e9)]
+SIDE = {  # other traffic on the ports: none; mid-drain; as it starts; on a port before it
     "alone": [],
     "send_mid_drain": [(4e-5, 2, 9, 8e6)],
     "send_into_port": [(3e-5, 9, 5, 4e6), (6e-5, 12, 1, 2e6)],
-    "send_at_start": [(0.0, 1, 10, 3e6)],
+    "send_at_start": [(T0, 1, 10, 3e6)],
+    "send_before_start": [(0.2 * T0, 14, 6, 30e6)],
 }
 
 
+@pytest.mark.parametrize("twice", [False, True])
 @pytest.mark.parametrize("side", list(SIDE))
-def test_same_as_the_flow_engine(side):
+def test_same_as_the_flow_engine(side, twice):
     """Port changes and competing sends: the fluid job (handed over to the engine when a
-    send reaches one of its ports) against the engine alone: end time, every link's bytes
-    and busy seconds, port and device bytes and message rows, to rounding."""
+    send reaches one of its ports, or starting there when one is on them) against the
+    engine alone: end time, every link's bytes and busy seconds, port and device bytes and
+    message rows, to rounding."""
     rows_f, rows_e = [], []
-    fab_f, end_f, _s, _p = _drive(True, CAPS, SIDE[side], rows_f.append)
-    fab_e, end_e, _s, _p = _drive(False, CAPS, SIDE[side], rows_e.append)
+    fab_f, end_f, _p = _drive(True, CAPS, SIDE[side], rows_f.append, twice=twice)
+    fab_e, end_e, _p = _drive(False, CAPS, SIDE[side], rows_e.append, twice=twice)
     assert end_f == pytest.approx(end_e, rel=1e-12)
     for attr in ("link_bytes", "link_busy_s", "port_bytes", "bytes_sent", "bytes_received"):
         np.testing.assert_allclose(getattr(fab_f, attr), getattr(fab_e, attr), rtol=1e-12,
@@ -150,35 +178,28 @@ def test_same_as_the_flow_engine(side):
                     sorted(rows_e, key=lambda r: (r.name, r.t_start)), strict=True):
         assert a[2:-1] == b[2:-1]  # name, owner, pairs, steps, bytes, hops, ends (not plan)
         assert (a.t_start, a.t_end) == pytest.approx((b.t_start, b.t_end), rel=1e-12)
-    assert fab_f.fluid.handoffs == (0 if side == "alone" else 1)
+    handed = 0 if side == "alone" else 1
+    assert fab_f.fluid.handoffs == handed and fab_f.fluid.jobs == 1
 
 
-def test_a_send_during_the_latency_hands_the_next_phase_over():
+def test_a_send_during_the_latency_meets_the_next_phase_in_the_engine():
     """Two phases back to back; a send reaches a port after the first drained, while it
-    waits out its latency: the first ends here, the second starts in the engine (it would
-    share the port with the send), as the engine alone gives it."""
-    env, fab, phases, _spec = _fabric(True)
+    waits out its latency: nothing to hand over then; the second phase starts in the engine
+    (the send is still on the port), as the engine alone gives it. A shorter send that has
+    left by then lets the second phase run here."""
+    _env, fab, phases, _spec = _fabric(True)
     drain, lat, _l, _b = fab.closed_form(phases[0])
     assert lat > 0
-    send = [(drain + 0.5 * lat, 9, 3, 64e6)]
-    ends = {}
-    for fluid in (True, False):
-        env, fab, phases, _spec = _fabric(fluid)
-        two = [phases[0], phases[0]]
-        if fluid:
-            fab.fluid.allow(two)
-        for t, a, b, nb in send:
-            ph = Phase(np.array([a]), np.array([b]), np.array([nb]), 1)
-            _at(env, t, lambda p=ph, f=fab: f.start([p], "send"))
-        done = fab.start(two, "tp_ring", 0)
-        env.run(done)
-        ends[fluid] = (env.now, fab.link_busy_s, fab.port_bytes)
-        if fluid:
-            assert fab.fluid.jobs == 1 and fab.fluid.handoffs == 1
-    assert ends[True][0] == pytest.approx(ends[False][0], rel=1e-12)
-    assert ends[True][0] > 2 * (drain + lat)  # the second phase shared port 3 with the send
-    np.testing.assert_allclose(ends[True][1], ends[False][1], rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(ends[True][2], ends[False][2], rtol=1e-12)
+    t = T0 + drain + 0.5 * lat
+    for nbytes, handed in ((64e6, 1), (1e3, 0)):
+        fab_f, end_f, _p = _drive(True, sends=[(t, 9, 3, nbytes)], twice=True)
+        fab_e, end_e, _p = _drive(False, sends=[(t, 9, 3, nbytes)], twice=True)
+        assert fab_f.fluid.jobs == 1 and fab_f.fluid.handoffs == handed
+        assert end_f == pytest.approx(end_e, rel=1e-12)
+        np.testing.assert_allclose(fab_f.link_busy_s, fab_e.link_busy_s, rtol=1e-12,
+                                   atol=1e-15)
+        np.testing.assert_allclose(fab_f.port_bytes, fab_e.port_bytes, rtol=1e-12)
+    assert end_f == pytest.approx(T0 + 2 * (drain + lat), rel=1e-12)  # (the short send)
 
 
 # ----------------------------------------------------------------- whole runs
