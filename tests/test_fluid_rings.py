@@ -243,3 +243,23 @@ def test_exact_mode_and_no_ports_take_no_fluid_jobs():
     assert _run(True, **kw)["tp_fluid_collectives"] == 0
     no_cap = _run(False, **kw | {"memory": {"model": "frfcfs", "transfer_cap": False}})
     assert no_cap["tp_fluid_collectives"] == 0 and no_cap["tp_closed_form_collectives"] > 0
+
+
+def test_a_lock_step_phase_that_is_not_a_ring_counts_as_the_engine_does():
+    """One GPU sending to two (equal flows, two steps: lock-step, but not every member sends
+    what it receives): device and port bytes, with a cap mid-drain, against the engine."""
+    out = {}
+    for fluid in (True, False):
+        env, fab, _p, _spec = _fabric(False)
+        fan = [Phase(np.array([0, 0]), np.array([1, 2]), np.array([4e6, 4e6]), 2)]
+        if fluid:
+            fab.fluid = FluidRings(fab)
+            fab.fluid.allow(fan)
+            assert fab.fluid.takes(fan)
+        _at(env, 2e-6, lambda f=fab: f.set_port_capacity(np.arange(3), 50e9))
+        env.run(fab.start(fan, "fan_out"))
+        out[fluid] = (env.now, fab.bytes_sent, fab.bytes_received, fab.port_bytes)
+    assert out[True][0] == pytest.approx(out[False][0], rel=1e-12)
+    for i in (1, 2, 3):
+        np.testing.assert_allclose(out[True][i], out[False][i], rtol=1e-12)
+    assert out[True][1][0] == 16e6 and out[True][2][1] == 8e6  # 2 steps x 4 MB each way
