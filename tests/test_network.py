@@ -51,6 +51,20 @@ def test_ring_allreduce_alpha_beta(model, p, n):
 
 
 @pytest.mark.parametrize("model", ["flow", "packet"])
+def test_start_runs_phases_in_either_model(model):
+    """``Fabric.start`` (a phase list without a caller's process) in both models: the
+    packet model runs them as a process, the flow model as chained transfers; the same
+    alpha-beta time as ``run_phase`` one by one."""
+    env, _topo, fab = make_fabric(shape=(4, 1), model=model, packet_bytes=1 << 20)
+    ring = np.arange(4)[None, :]
+    n = 4e6
+    env.run(fab.start(collectives.ring_allreduce(ring, n), "ar"))
+    expect = collectives.alpha_beta_time("allreduce", 4, n, ALPHA, BW)
+    assert env.now == pytest.approx(expect, rel=0.01)
+    assert fab.bytes_received.sum() == pytest.approx(fab.bytes_sent.sum())
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
 def test_reduce_scatter_and_allgather_alpha_beta(model):
     env, _topo, fab = make_fabric(shape=(4, 1), model=model)
     ring = np.arange(4)[None, :]
