@@ -130,8 +130,7 @@ class FluidRings:
             route = np.asarray(plan[9][0], dtype=np.int64)
             ports = tuple(lk for lk in dict.fromkeys(route.tolist()) if lk >= fab.topo.n_links)
             out = _Static(route, float(plan[10][0]), closed[1], np.asarray(ports), ports,
-                          closed[2],
-                          closed[3], plan[6], plan[7], plan[8])
+                          closed[2], closed[3], plan[6], plan[7], plan[8])
         self._phase[ph] = out
         return out
 
@@ -195,8 +194,8 @@ class FluidRings:
         return done
 
     def _begin(self, job: _Job) -> None:
-        """Start phase ``job.i`` now: here, or in the engine when a transfer is on its ports
-        (then with the phases after it)."""
+        """Start phase ``job.i`` now: here, or in the engine when a transfer (or another job)
+        is on its ports (then with the phases after it)."""
         ph = job.phases[job.i]
         st = self._phase[ph]
         ports = st.port_ids
@@ -276,11 +275,11 @@ class FluidRings:
             jobs = {on[lk] for lk in tr.links if lk in on}
             now = self.env.now
             for job in sorted(jobs, key=_serial):
-                if job.t_drain > now and job.ports:  # (not handed over by a transfer
-                    # this loop started)
-                    self._leave(job)
-                    job.gen += 1  # its timeout is stale
-                    left = (job.t_drain - now) / job.drain
-                    self._hand_over(job, 1.0 - left, now - job.t0)
+                if job.t_drain <= now or not job.ports:  # in its latency, or handed over
+                    continue
+                self._leave(job)
+                job.gen += 1  # its timeout is stale
+                left = (job.t_drain - now) / job.drain
+                self._hand_over(job, 1.0 - left, now - job.t0)
         if self._hook is not None:
             self._hook(tr)
