@@ -13,8 +13,13 @@ import numpy as np
 import pytest
 
 import twin.runner as R
+from devices.fabric import Fabric, Phase
 from devices.replicas import QuotientBroken, ReplicaQuotient, shift_permutation
+from devices.spec import LinkSpec
+from topologies.graph import build_topology
+from topologies.routing import Router
 from twin.build import build
+from twin.catalogs import catalog
 from twin.kernel.engine import Engine
 from twin.kernel.flows import FlowNetwork
 from twin.kernel.records import Recorder
@@ -99,6 +104,45 @@ def test_a_phase_that_treats_replicas_differently_is_refused(case):
     with pytest.raises(QuotientBroken):
         q.reduce(src, dst, routes, nbytes)
 
+
+
+def test_a_fabric_link_that_is_its_own_image_reads_every_orbit_flows_bytes():
+    # Four single-GPU nodes, two per leaf, one spine (oversubscription 2): nodes 0 and 1
+    # send to nodes 2 and 3 across the spine. The shift (0 1)(2 3) fixes both leaves and the
+    # spine, so the leaf-spine links are their own images (|C| = 1, n = 2): the one
+    # representative flow crosses them at half their capacity and each carried 2 x B bytes,
+    # busy as long as the private links. Fabric.link_bytes must weight by n / |C| = 2,
+    # link_busy_s must not.
+    links = catalog("links")
+    nic = LinkSpec.model_validate(links.get("ib-ndr400-port").values)
+    nbytes = 1e9
+
+    def run(quotient: bool):
+        env = Engine()
+        topo = build_topology("switched", (1, 4), nic.name, 1, nic_link=nic.name,
+                              nodes_per_leaf=2, oversubscription=2)
+        fab = Fabric(env, topo, Router(topo), {nic.name: nic}, model="flow")
+        if quotient:
+            fab.set_quotient(ReplicaQuotient(np.array([1, 0, 3, 2]), 2,
+                                             np.array([True, False, True, False]),
+                                             fab.real_capacity, topo.n_links))
+        fab.start([Phase(np.array([0, 1]), np.array([2, 3]), np.full(2, nbytes))], "send")
+        env.run()
+        return env.now, fab
+
+    t_full, full = run(False)
+    t_q, quo = run(True)
+    weight = quo.quotient.weight(np.arange(quo.topo.n_links))
+    shared = np.flatnonzero(weight == 2)
+    assert len(shared) == 2  # leaf 0 -> spine, spine -> leaf 1
+    drain = 2 * nbytes / nic.bytes_per_s  # both flows through one link of one NIC's rate
+    assert t_full == pytest.approx(drain, rel=1e-3)  # plus microseconds of latency
+    assert t_q == pytest.approx(t_full, rel=1e-12)
+    np.testing.assert_allclose(quo.link_bytes[shared], 2 * nbytes, rtol=1e-12)
+    np.testing.assert_allclose(quo.link_bytes, full.link_bytes, rtol=1e-12)
+    np.testing.assert_allclose(quo.link_busy_s, full.link_busy_s, rtol=1e-12)
+    used = full.link_bytes > 0
+    np.testing.assert_allclose(quo.link_busy_s[used], quo.link_busy_s[shared[0]], rtol=1e-9)
 
 def test_the_shift_moves_each_rank_k_replicas_on():
     # rank r = (d * pp + p) * tp + t on device 3r mod 8 (any placement): dp 4, pp 1, tp 2
