@@ -182,6 +182,67 @@ def test_frfcfs_copy_stream_offers_its_pcie_rate(frfcfs_model):
     assert make().offered_bytes_per_s()[1] == 0.0
 
 
+def test_frfcfs_copy_streams_are_the_standalone_controller_beside_a_pcie_writer(frfcfs_model):
+    """A block beside one host-to-device copy (mix (0, 1)), and beside a copy and a network
+    stream (1, 1): each batch's slowdown is the FR-FCFS engine's run standalone on the same
+    inputs, the copy stream built here from the catalog and the data path (HBM writes only,
+    in whole rows, at its rate per stack) and the same random numbers. (The copy's rate is
+    ten PCIe 5 x16 links', so that a 256-request op meets enough of its requests to slow.)"""
+    from devices.hbm import StreamSpec, effective_bandwidth, load_hbm_spec
+
+    make, dev = frfcfs_model
+    h2d = 640e9
+    m = make(h2d=h2d)
+    hbm, stacks = load_hbm_spec(dev.hbm_type), dev.hbm_stacks
+    peak = dev.hbm_bandwidth_gbps * 1e9
+    n = 256
+    op = StreamSpec(n_requests=n, arrival="poisson",
+                    rate_bytes_per_s=dev.memory_efficiency * peak / stacks,
+                    read_fraction=2 / 3, row_locality=0.9)
+    for mix in ((0, 1), (1, 1)):
+        streams = m._streams(n, mix)[1]  # their lengths (inputs of the run)
+        copy = StreamSpec(n_requests=streams[-1].n_requests, arrival="poisson",
+                          rate_bytes_per_s=h2d / stacks, read_fraction=0.0,
+                          row_locality=0.97, interleave="random")
+        beside = [copy]
+        if mix[0]:
+            beside.insert(0, streams[0])
+        tab = m.table(n, mix)
+        assert tab.mean > 1.0
+        for r in range(m.batches):
+            alone = effective_bandwidth(hbm, stacks, op, [], m._rng(0, n, r))
+            same = effective_bandwidth(hbm, stacks, op, beside, m._rng(0, n, r),
+                                       op_alone_bytes_per_s=alone.op_bandwidth_bytes_per_s)
+            assert tab.samples[r] == pytest.approx(same.slowdown, rel=1e-12), (mix, r)
+
+
+def test_a_cap_needs_the_mean_three_standard_errors_below_the_offered_rate(frfcfs_model):
+    """The DMA cap rule on measured windows set by hand (4 batches, one stream): values
+    ``rate (c +- d)`` have mean ``c rate`` and standard error ``d rate sqrt(4/3) / 2`` (the
+    sample standard deviation over sqrt(4)); with d = 0.1 that is 0.0577 rate, so c = 0.82
+    (mean + 3 se = 0.993 rate) is capped at its mean and c = 0.84 (1.013 rate) is not."""
+    from devices.memory_results import SlowdownTable
+
+    make, _dev = frfcfs_model
+    for c, capped in ((0.82, True), (0.84, False)):
+        m = make()
+        n, mix = m.requests_per_batch, (1, 0)
+        rate = m.offered_bytes_per_s()[0]
+        m._tables[(n, mix)] = SlowdownTable(n, 1, np.full(m.batches, 1.5), mix)
+        m._windows[(n, mix)] = rate * (c + 0.1 * np.array([[-1.0], [1.0], [-1.0], [1.0]]))
+        cap = m.dma_caps(mix)[0]
+        assert cap == (pytest.approx(c * rate, rel=1e-12) if capped else math.inf), c
+
+
+def test_saturation_is_where_the_offered_load_reaches_the_peak():
+    """``saturation_streams``: the (fractional) number of network streams at which
+    ``rho = op_load + k dma_load`` is 1."""
+    for op_load, dma_load in ((0.4, 0.1), (0.7, 0.04), (0.95, 0.3)):
+        m = queue(op_load=op_load, dma_load=dma_load)
+        k = m.saturation_streams
+        assert op_load + k * dma_load == pytest.approx(1.0, rel=1e-12)
+
+
 def test_frfcfs_oversubscribed_level_is_unstable(frfcfs_model):
     make, _dev = frfcfs_model
     m = make(op_load=0.95)
@@ -221,7 +282,8 @@ def test_frfcfs_latency_view_is_the_ratio_of_mean_latencies(frfcfs_model):
     lo, hi = m.table(256, 1).samples, m.table(256, 4).samples
     assert np.all(lo > 0.99) and hi.mean() > lo.mean() > 1.0 and hi.mean() < 50
     s, eb = m.batch(256, 4, 0)
-    _s0, alone = m.batch(256, 0, 0)
+    s0, alone = m.batch(256, 0, 0)
+    assert s0 == 1.0  # an op alone is not slowed
     assert s == pytest.approx(eb.op_mean_latency_s / alone.op_mean_latency_s, rel=1e-12)
     assert s == hi[0]
 
