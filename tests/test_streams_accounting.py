@@ -106,6 +106,59 @@ def test_pieces_that_ran_count_their_streams_and_book_the_alone_level_once_each(
     assert a.totals()[0] == pytest.approx(3 * (0.5 * 0.2 + 0.5 * 0.2 + 2 * 0.2), rel=1e-12)
 
 
+def test_a_group_agent_books_one_op_alone_per_device():
+    """An agent standing for 8 devices in TP groups of 4 (rank symmetry with
+    ``memory.per_device_draws: false``): a piece alone books one op per device it stands for
+    at the controller's level (0, 0), i.e. weight 8, whatever the group size."""
+    booked = []
+
+    class Mem:
+        batches = 4
+
+        def record(self, k, s, w):
+            booked.append((k, s, w))
+
+    class Blk:
+        name = "mlp_fwd"
+
+    for group in (1, 2, 4):
+        booked.clear()
+        a = DeviceStreams(simpy.Environment(), 8, 100, SHARES, memory=Mem(), group=group)
+        a._account(Blk, Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 1024, 1.0, 1.0), 0.5)
+        assert booked == [((0, 0), 1.0, 8.0)], group
+
+
+def test_one_sm_taken_slows_the_math_by_units_over_the_units_left():
+    """A stream taking one SM of 100: math time x 100 / 99 (and nothing without it)."""
+    a = _agent(shares=SmShares(collective_ctas=8, tp_overlap_ctas=4, copy_ctas=1))
+    assert a.sm_factor() == 1.0
+    a.start("h2d")
+    assert a.sm_factor() == pytest.approx(100 / 99, rel=1e-15) and a.max_sm_used == 1
+    a.start("dp")
+    assert a.sm_factor() == pytest.approx(100 / 91, rel=1e-15)
+
+
+def test_fresh_latency_draws_come_in_blocks_that_double_up_to_256():
+    """Fresh latency batches of one (requests, mix) are solved 8 at a time the first time,
+    then in blocks twice the last, up to 256 (a bounded cost per solve); every draw is used
+    once, in order, rounded to the 0.2% log grid."""
+    import numpy as np
+
+    sizes = []
+
+    class Lat:
+        def fresh_latencies(self, n, mix, rng, size):
+            sizes.append(size)
+            return np.full(size, 1.5 + len(sizes))  # block j's draws: 2.5, 3.5, ...
+
+    a = DeviceStreams(simpy.Environment(), 1, 100, SHARES, rng=np.random.default_rng(0))
+    got = a._fresh(Lat(), 64, (1, 0), 8 + 16 + 32 + 64 + 128 + 256 + 10)
+    assert sizes == [8, 16, 32, 64, 128, 256, 256]
+    assert got[0] == pytest.approx(2.5, rel=0.002) and got[8] == pytest.approx(3.5, rel=0.002)
+    assert got[-1] == pytest.approx(8.5, rel=0.002) and len(got) == 514
+    assert abs(math_log_grid(got[0])) < 1e-6
+
+
 def test_a_run_without_agents_reports_what_agents_that_saw_nothing_report():
     assert streams_report([]) == no_streams_report()
     assert no_streams_report() == {
@@ -141,6 +194,7 @@ def test_a_block_priced_with_nothing_beside_it_costs_what_the_accelerator_says(s
             (dur, flops, e_mem), rel=1e-12), name
         assert p.compute_j == pytest.approx(e_dyn, rel=1e-12), name
         assert p.mix == (0, 0) and p.sm_factor == 1.0 and p.slowdown == 1.0
+        assert p.n_requests == 0  # no HBM controller model: no request class
     # SMs shared, no HBM controller model: no stream count to report
     rep = streams_report([a.streams for a in ex.accelerators])
     assert rep["hbm_max_streams"] == 0 and rep["sm_max_used"] > 0
@@ -228,6 +282,14 @@ def test_bound_auto_prices_each_part_of_a_block_by_its_own_view():
             + cm.block_cost(Block(name, lat), math * sm, ms * s_lat).duration_s, rel=1e-9)
         checked += 1
     assert checked >= 2
+    # a block of latency-bound kernels only: no bandwidth part, so no request class and no
+    # bandwidth factor; its time is its uncontended time at the latency draw
+    block = next(b for b in model.blocks[0].values() if b.kernels)
+    only_lat = Block("norm_only", tuple(k for k in block.kernels if not k.gemm))
+    assert only_lat.kernels
+    p = agent.price(acc, only_lat, acc.ps)
+    assert p.n_requests == 0 and p.slowdown == 1.0
+    assert p.hbm_s / p.base_s > 0.0 and abs(math_log_grid(p.hbm_s / p.base_s)) < 1e-6
 
 
 def math_log_grid(s: float) -> float:
