@@ -176,8 +176,10 @@ def _variant(name: str) -> dict:
         w["sharding"] = {"strategy": "full_shard"}
     elif name == "hybrid_shard":
         w["sharding"] = {"strategy": "hybrid_shard", "group": 2}
-    elif name == "hbm_ports":  # ports whose capacity follows the memory mix at run time
+    elif name.startswith("hbm_ports"):  # ports whose capacity follows the memory mix
         d["memory"] = {"model": "frfcfs", "per_device_draws": False}
+        if name == "hbm_ports_tp_overlap":  # NVLink-rate TP chunks beside blocks: caps bind
+            d["overlap"] = {"tp_comm": True}
     elif name == "torus":
         d["cluster"] = {"topology": {"kind": "torus2d", "shape": [8, 8]}, "device": "h100-sxm",
                         "link": "nvlink4-switch"}
@@ -204,6 +206,7 @@ def _both(d: dict):
 
 @pytest.mark.parametrize("name,orbit", [("interleaved", 2), ("full_shard", 2),
                                         ("hybrid_shard", 2), ("hbm_ports", 2),
+                                        ("hbm_ports_tp_overlap", 2),
                                         ("torus", 4), ("torus_lockstep", 4), ("mesh", 1)])
 def test_a_quotient_run_is_the_run_with_every_flow(name, orbit):
     out = _both(_variant(name))
