@@ -200,19 +200,25 @@ def test_a_failure_inside_a_block_lets_the_block_finish(tmp_path):
     assert spans.t_end.max() == pytest.approx(row.t_end, rel=1e-12)
 
 
-def test_ops_flops_add_up_to_the_executed_flops(tmp_path):
+@pytest.mark.parametrize("sets", [["overlap.tp_comm=true", "workload.sharding.strategy=zero2"],
+                                  ["overlap.dp_buckets=false"]])
+def test_ops_flops_add_up_to_the_executed_flops(tmp_path, sets):
     """The ops table's FLOPs column (per device) weighted by the devices each class stands
-    for is the run's executed FLOPs; communication rows carry none."""
+    for is the run's executed FLOPs; communication rows (overlapped or serial all-reduces,
+    sharding, TP chunks) carry none."""
     from twin.build import class_sizes
     from twin.runner import run
     from twin.trace import read_table
 
     d = scenario_dict(**TP2)
     d["trace"] = {"path": str(tmp_path / "f.h5"), "tables": ["ops"]}
-    scen = load_scenario(d, ["overlap.tp_comm=true", "workload.sharding.strategy=zero2"])
+    scen = load_scenario(d, sets)
     res = run(scen)
     ops = read_table(res.trace_path, "ops")
-    assert (ops.loc[ops.stream == "comm", "flops"] == 0.0).all()
+    comm = ops.loc[ops.stream == "comm"]
+    assert len(comm) and (comm.flops == 0.0).all()
+    if sets == ["overlap.dp_buckets=false"]:
+        assert (comm.kind == "dp").any()
     sizes = class_sizes(build(scen))
     total = float((ops.flops * ops.cls.map(lambda c: sizes[int(c)])).sum())
     s = res.summary

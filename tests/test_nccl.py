@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devices.fabric import Fabric
+from devices.fabric import Fabric, Phase
 from devices.spec import LinkSpec
 from topologies.graph import build_topology
 from topologies.routing import Router
@@ -126,3 +126,45 @@ def test_tuning_reuses_a_groups_profile_across_sizes_and_not_across_failures():
     fresh.router.fail_edge(u, v)
     assert fields(tuned(shared, 2.0 ** 20)) == fields(tuned(fresh, 2.0 ** 20))
     assert len(shared._profiles) == 2
+
+
+@pytest.mark.parametrize("op,ranks,nodes", [("allreduce", 16, 2), ("allgather", 16, 2),
+                                            ("reduce_scatter", 32, 4), ("allgather", 2, 1)])
+def test_every_protocols_cost_is_the_tuning_models(op, ranks, nodes):
+    """Each protocol's (time, latency, bandwidth fraction) against NCCL's ring model written
+    out here from tuning.cc: on several nodes LL128 is off, LL's intra-node step latency is
+    1.8x and the network steps pay the network latency; a two-rank ring has one step."""
+    bus = 50e9
+    steps = 2 * (ranks - 1) if op == "allreduce" else ranks - 1
+    net = (2 * (nodes - 1) if op == "allreduce" else nodes - 1) if nodes > 1 else 0
+    for n in (4096.0, 2.0 ** 20, 2.0 ** 30):
+        got = nccl.protocol_costs(op, steps, net, nodes > 1, n, ranks, bus)
+        assert sorted(got) == sorted(["LL", "simple"] + (["LL128"] if nodes == 1 else []))
+        for proto, (t, lat, f) in got.items():
+            f_ref = {"LL": 0.25 if (op == "allreduce" or nodes > 1) else 1 / 3,
+                     "LL128": 0.92, "simple": 1.0}[proto]
+            intra = HW_NVLINK[proto] * (1.8 if proto == "LL" and nodes > 1 else 1.0)
+            lat_ref = (BASE[proto] + (steps - net) * intra + net * HW_NET[proto]) * 1e-6
+            assert f == pytest.approx(f_ref, rel=1e-9), proto
+            assert lat == pytest.approx(lat_ref, rel=1e-12), proto
+            assert t == pytest.approx(lat_ref + n * steps / (f_ref * bus * ranks), rel=1e-9)
+        ref = reference_time(op, ranks, n, bus, nodes)
+        assert min(t for t, _l, _f in got.values()) == pytest.approx(ref, rel=1e-9)
+
+
+def test_a_slower_protocol_adds_the_largest_flows_bandwidth_term():
+    """A phase whose flows move different bytes (an uneven split), small enough for LL: the
+    protocol's lower bandwidth is added as the largest flow's uncontended time x (1/f - 1),
+    plus the base latency once; the step latency is LL's on NVLink."""
+    link = "nvlink4-switch"
+    spec = LinkSpec.model_validate(catalog("links").get(link).values)
+    per_gpu = int(catalog("links").get(link).values["links_per_gpu"])
+    topo = build_topology("switched", (4, 1), link, per_gpu)
+    fab = Fabric(Engine(), topo, Router(topo), {link: spec})
+    src, dst = np.arange(4), (np.arange(4) + 1) % 4
+    nbytes = np.array([1000.0, 3000.0, 2000.0, 1000.0])
+    (ph,) = nccl.tune_phases("allgather", [Phase(src, dst, nbytes, 3)], 4096.0, 4, fab)
+    bus = spec.bytes_per_s * per_gpu
+    assert ph.step_latency_s == pytest.approx(HW_NVLINK["LL"] * 1e-6, rel=1e-12)
+    slow = 3000.0 * 3 / bus * (3.0 - 1.0)  # LL on one node, not all-reduce: f = 1/3
+    assert ph.base_latency_s == pytest.approx(BASE["LL"] * 1e-6 + slow, rel=1e-9)

@@ -165,6 +165,26 @@ def test_link_failure_reroutes_and_completes():
         else:  # store-and-forward over 3 hops fills a 2-packet pipeline, and the packet on
             # the wire when the link failed is resent whole: at most 3 packet times more
             assert expect - 1e-9 <= t <= expect + 3 * (1 << 20) / BW
+            # every packet that met the failed link goes again: at most one packet each
+            k = fab.reroutes
+            assert (k - 1) * (1 << 20) < fab.retransmitted_bytes <= k * (1 << 20)
+
+
+def test_a_detour_longer_than_every_planned_route_sets_the_rows_hops():
+    """Two one-hop flows (0 -> 1, 2 -> 3) on a 4x4 torus; the edge 0-1 fails mid-transfer,
+    so 0 -> 1 finishes over a 3-hop detour while 2 -> 3 stays on one hop: the phase's message
+    row reports the longest route any of its flows took, 3."""
+    env, _topo, fab = make_fabric(kind="torus2d", shape=(4, 4), retransmit_timeout_s=1e-3)
+    rows = []
+    fab.record = rows.append
+
+    def fail():
+        yield env.timeout(1e-3)
+        fab.fail_edge(0, 1)
+    env.process(fail())
+    run_phases(env, fab, [Phase(np.array([0, 2]), np.array([1, 3]), np.array([200e6, 200e6]))])
+    assert fab.reroutes == 1 and fab.router.hops(0, 1) == 3 and fab.router.hops(2, 3) == 1
+    assert len(rows) == 1 and rows[0].max_hops == 3 and rows[0].n_pairs == 2
 
 
 @pytest.mark.parametrize("model", ["flow", "packet"])

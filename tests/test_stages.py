@@ -265,3 +265,25 @@ def test_llama3_405b_activations_match_the_interleaved_closed_form():
         chunks = 2 * (p - st.stage - 1) + (v - 1) * p + 1
         assert st.activations == pytest.approx(chunks * per_layer, rel=1e-9)
     assert max(st.total for st in stages) <= dev.hbm_bytes
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_full_recompute_keeps_each_layers_input_only(sp):
+    """``recompute: full`` (Korthikanti et al. sec. 4): a layer keeps only its input, 2 s b h
+    bytes at 16 bits (``/ t`` with sequence parallelism); one stage of 1F1B holds one
+    microbatch, plus the fp32 logits 4 s b V / t on the last stage. The breakdown is the same
+    bytes in GB."""
+    from workloads.memory import memory_per_stage
+
+    t, b, layers = 4, 3, 10
+    costs = TransformerCosts(ModelSpec(**GPT), "bf16", b, S, t, sp, "full", "flash")
+    (mem,) = memory_per_stage(costs, 1, 1, "1f1b")
+    per_layer = 2.0 * S * b * H / (t if sp else 1)
+    assert mem.activations == pytest.approx(layers * per_layer + 4.0 * S * b * VOCAB / t,
+                                            rel=1e-12)
+    (sharded,) = memory_per_stage(costs, 1, 1, "1f1b", sharding="full_shard", shards=4)
+    for m in (mem, sharded):
+        gb = m.breakdown_gb()
+        for part in ("weights", "gradients", "optimizer", "activations", "buffers", "total"):
+            assert gb[part] * 1e9 == pytest.approx(getattr(m, part), rel=1e-12), part
+    assert sharded.buffers > 0 and sharded.activations == mem.activations
