@@ -208,6 +208,25 @@ def test_checkpoints_cost_their_write_time():
     np.testing.assert_allclose(diff, [0, 0, 0.01, 0, 0.01, 0], atol=1e-12)
     assert s1["goodput"] == pytest.approx((s1["makespan_s"] - 0.03) / s1["makespan_s"])
     assert s1["availability"] == 1.0 and s1["symmetry_used"]
+    # nothing failed: no work lost, no downtime, and no energy booked to either
+    assert (s1["restarts"], s1["failures"], s1["lost_work_j"], s1["downtime_j"]) == (0, 0, 0, 0)
+    # no job section: the fault-tolerance keys of a job that never stopped
+    assert {k: s0[k] for k in ("restarts", "failures", "interruptions", "checkpoints",
+                               "checkpoint_time_s", "lost_work_s", "lost_work_j",
+                               "downtime_s", "downtime_j", "availability", "goodput")} == {
+        "restarts": 0, "failures": 0, "interruptions": 0, "checkpoints": 0,
+        "checkpoint_time_s": 0.0, "lost_work_s": 0.0, "lost_work_j": 0.0, "downtime_s": 0.0,
+        "downtime_j": 0.0, "availability": 1.0, "goodput": 1.0}
+
+
+def test_a_failure_after_the_last_iteration_finds_the_job_done():
+    """An accelerator failure scheduled after the job's last iteration ends stops nothing:
+    no failure is counted and the run is the clean run."""
+    clean = _run(_scen(faults=[], job=JOB, workload__iterations=2)).summary
+    late = {"kind": "accelerator_failure", "device": 1, "time_s": 3 * clean["makespan_s"]}
+    s = _run(_scen(faults=[late], job=JOB, workload__iterations=2)).summary
+    assert (s["failures"], s["restarts"], s["lost_work_s"]) == (0, 0, 0.0)
+    assert s["makespan_s"] == clean["makespan_s"] and s["completed"]
 
 
 def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
