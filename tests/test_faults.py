@@ -217,6 +217,13 @@ def test_checkpoints_cost_their_write_time():
         "restarts": 0, "failures": 0, "interruptions": 0, "checkpoints": 0,
         "checkpoint_time_s": 0.0, "lost_work_s": 0.0, "lost_work_j": 0.0, "downtime_s": 0.0,
         "downtime_j": 0.0, "availability": 1.0, "goodput": 1.0}
+    # an executor without a job controller reports what a controller that saw nothing does
+    from workloads.job import job_metrics
+
+    bare = job_metrics(None, [], None, s0["makespan_s"], 6, 1.0)
+    assert {k: v for k, v in bare.items() if k != "goodput_tokens_per_s"} == {
+        k: s0[k] for k in bare if k != "goodput_tokens_per_s"}
+    assert bare["goodput_tokens_per_s"] == pytest.approx(6 / s0["makespan_s"], rel=1e-12)
 
 
 def test_a_failure_after_the_last_iteration_finds_the_job_done():
