@@ -331,3 +331,24 @@ def test_table_indices_are_the_generators_own_draws_across_refills():
     assert got == want
     with pytest.raises(ValueError, match="below 32"):
         idx.integers(16)
+
+
+def test_a_fluid_block_is_stretched_by_the_agents_slowdown():
+    """A block on a device agent runs at its price stretched by what the agent's own clock
+    does to durations: a straggler factor of 1.5 (``Accelerator.slowdown``; no jitter, and
+    only blocks the power cap does not duty-cycle) stretches it by exactly 1.5."""
+    _scen, model, ex, _ops = _fsdp(["overlap.sm_contention=true", "power.thermal.enabled=false"])
+    acc = ex.accelerators[0]
+    checked = 0
+    for block in model.blocks[0].values():
+        first = acc.streams.price_alone(acc, block, acc.ps)
+        if first.duration_s <= 0:
+            continue
+        acc.slowdown = 1.0
+        if acc._fluid_start(block, first)[2] != 1.0:
+            continue  # duty-cycled down to the power cap
+        acc.slowdown = 1.5
+        assert acc._fluid_start(block, first)[2] == pytest.approx(1.5, rel=1e-12), block.name
+        assert first.duration_s < 1.0
+        checked += 1
+    assert checked >= 4
