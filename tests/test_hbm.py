@@ -383,8 +383,32 @@ def test_inconsistent_spec_and_inputs_are_rejected():
     with pytest.raises(ScenarioError, match=r"streams\[0\]\.row_locality"):
         generate_requests(tiny(), np.random.default_rng(0),
                           [StreamSpec(n_requests=3, row_locality=1.5)])
+    with pytest.raises(ScenarioError, match=r"streams\[0\]\.row_locality"):
+        generate_requests(tiny(), np.random.default_rng(0),  # a stream must move on
+                          [StreamSpec(n_requests=3, row_locality=1.0)])
+    with pytest.raises(ScenarioError, match=r"rows_per_bank"):
+        generate_requests(tiny(), np.random.default_rng(0), [StreamSpec(n_requests=3)],
+                          rows_per_bank=0)
     with pytest.raises(ScenarioError, match=r"streams\[0\]\.rate_bytes_per_s"):
         generate_requests(tiny(), np.random.default_rng(0),
                           [StreamSpec(n_requests=3, arrival="poisson")])
     with pytest.raises(ScenarioError, match="unknown hbm name"):
         load_hbm_spec("hbm9")
+
+
+def test_sequential_interleave_sweeps_channels_then_moves_to_the_next_bank():
+    """``interleave: sequential``: each jump goes to the next channel (round robin from a
+    random start) and to the next bank after a sweep of all channels, so the (channel, bank)
+    of jump j is ((c0 + j) mod C, (b0 + (c0 + j) div C) mod B); a stream that never stays
+    (row locality 0) jumps at every request. With one row per bank every request is on row
+    0."""
+    spec = tiny(channels=4)
+    c, b = spec.channels, spec.banks_per_channel
+    n = 3 * c * b + 5  # more than one sweep of every bank
+    req = generate_requests(spec, np.random.default_rng(4),
+                            [StreamSpec(n_requests=n, row_locality=0.0)], rows_per_bank=1)
+    c0, b0 = int(req.channel[0]), int(req.bank[0])
+    j = np.arange(n)
+    np.testing.assert_array_equal(req.channel, (c0 + j) % c)
+    np.testing.assert_array_equal(req.bank, (b0 + (c0 + j) // c) % b)
+    assert (req.row == 0).all()

@@ -36,8 +36,12 @@ def test_bound_arithmetic():
     assert lim["landauer"]["orders_of_magnitude"] == pytest.approx(math.log10(1000 / e))
 
 
-def test_run_is_above_every_bound_and_trace_agrees_with_summary(tiny, capsys):
-    res = run(tiny(["workload.parallelism.dp=4", "workload.parallelism.tp=2"]))
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_run_is_above_every_bound_and_trace_agrees_with_summary(tiny, capsys, iterations):
+    """The summary's limits (per iteration) against those the trace gives, on one and on two
+    iterations (the run's energy, link bytes and FLOPs divided by the iterations)."""
+    res = run(tiny(["workload.parallelism.dp=4", "workload.parallelism.tp=2",
+                    f"workload.iterations={iterations}"]))
     lim = limits_from_trace(res.trace_path)
     summ = res.summary["limits_orders_of_magnitude"]
     for k in ("roofline", "communication", "landauer"):
