@@ -81,3 +81,26 @@ def test_1f1b_keeps_fewer_microbatches_in_flight_than_gpipe():
                 live += 1 if kind == "F" else -1
                 peak = max(peak, live)
             assert peak == bound
+
+
+def test_summary_bubble_is_the_traced_receive_waits_and_the_rest_is_idle(tmp_path):
+    """``bubble_fraction`` is the share of device time spent waiting for pipeline receives:
+    the traced ``recv`` rows over devices x makespan (one iteration of 1F1B, pp 4, m 8). The
+    last iteration's drain (a stage that finished waits for the others) is idle time, so the
+    receive waits plus the idle share make the textbook bubble (p - 1) / (m + p - 1) to the
+    optimizer step; and the per-device times add up to the makespan."""
+    pp, m = 4, 8
+    res = run(pipeline_scenario(tmp_path, pp, m))
+    s = res.summary
+    ops = read_table(res.trace_path, "ops")
+    waits = ops[ops["kind"] == "recv"]
+    traced = float((waits["t_end"] - waits["t_start"]).sum())
+    assert s["bubble_fraction"] == pytest.approx(traced / (pp * s["makespan_s"]), rel=1e-9)
+    assert s["pipeline_wait_per_device_s"] == pytest.approx(traced / pp, rel=1e-9)
+    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
+             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
+             "idle_time_per_device_s")
+    assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
+    idle = s["idle_time_per_device_s"] / s["makespan_s"]
+    assert idle > 0.05 and s["data_wait_fraction"] == 0.0
+    assert s["bubble_fraction"] + idle == pytest.approx((pp - 1) / (m + pp - 1), abs=0.02)
