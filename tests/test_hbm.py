@@ -8,6 +8,8 @@ tolerances derived from the timing parameters, not pinned seeded numbers.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -386,6 +388,10 @@ def test_inconsistent_spec_and_inputs_are_rejected():
     with pytest.raises(ScenarioError, match=r"streams\[0\]\.row_locality"):
         generate_requests(tiny(), np.random.default_rng(0),  # a stream must move on
                           [StreamSpec(n_requests=3, row_locality=1.0)])
+    for start in (-1e-9, math.inf):
+        with pytest.raises(ScenarioError, match=r"streams\[0\]\.start_s"):
+            generate_requests(tiny(), np.random.default_rng(0),
+                              [StreamSpec(n_requests=3, start_s=start)])
     with pytest.raises(ScenarioError, match=r"rows_per_bank"):
         generate_requests(tiny(), np.random.default_rng(0), [StreamSpec(n_requests=3)],
                           rows_per_bank=0)

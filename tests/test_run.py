@@ -216,3 +216,23 @@ def test_message_record_fields_are_the_messages_columns():
     from twin.recording import MESSAGES_COLUMNS
 
     assert list(MessageRecord._fields) == list(MESSAGES_COLUMNS)
+
+
+def test_summary_fractions_and_memory_are_its_own_parts(tiny):
+    """Keys that restate others in other units: the exposed communication share is the TP
+    and data-parallel waits per device over the makespan; memory per device in GB is each
+    stage's bytes (``workloads.feasibility.stage_memory``, the check's path) / 1e9."""
+    from workloads.feasibility import stage_memory
+
+    scen = tiny(["workload.parallelism.dp=2", "workload.parallelism.tp=2",
+                 "workload.parallelism.pp=2", "workload.global_batch=8",
+                 "overlap.dp_buckets=false"])
+    s = run(scen).summary
+    assert s["tp_comm_time_per_device_s"] > 0 and s["dp_wait_per_device_s"] > 0
+    assert s["exposed_comm_fraction"] == pytest.approx(
+        (s["tp_comm_time_per_device_s"] + s["dp_wait_per_device_s"]) / s["makespan_s"],
+        rel=1e-9)
+    mem = stage_memory(scen.workload, scen.cluster.device)
+    assert s["memory_per_device_gb"] == pytest.approx(
+        {f"stage{m.stage}": m.total / 1e9 for m in mem}, rel=1e-12)
+    assert min(s["memory_per_device_gb"].values()) > 0.01
