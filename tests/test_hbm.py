@@ -382,6 +382,14 @@ def test_inconsistent_spec_and_inputs_are_rejected():
         simulate(tiny(), requests([0.0], [0], [4], [0]))
     with pytest.raises(ScenarioError, match=r"requests\.arrival_s"):
         simulate(tiny(), requests([-1.0], [0], [0], [0]))
+    # the offending value is named, also when it is not the first or the largest
+    with pytest.raises(ScenarioError) as exc:
+        simulate(tiny(), requests([5.0, -1.0, 2.0], [0, 0, 0], [0, 0, 0], [0, 0, 0]))
+    (p,) = exc.value.problems
+    assert p.path == "requests.arrival_s" and p.value == pytest.approx(-1.0 * NS)
+    with pytest.raises(ScenarioError) as exc:
+        simulate(tiny(), requests([0.0, 0.0], [0, 0], [1, -1], [0, 0]))
+    assert [(q.path, q.value) for q in exc.value.problems] == [("requests.bank", -1)]
     with pytest.raises(ScenarioError, match=r"streams\[0\]\.row_locality"):
         generate_requests(tiny(), np.random.default_rng(0),
                           [StreamSpec(n_requests=3, row_locality=1.5)])
