@@ -289,3 +289,21 @@ def test_only_tp_collectives_are_costed_in_closed_form():
     n_tp = sum(sum(1 for ins in ex.programs[int(model.layout.class_stage[c])] if ins[0] == TP)
                for c in range(len(ex.stats))) * model.scenario.workload.iterations
     assert n_tp > 0 and ex.closed_form_collectives == n_tp
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_chunked_tp_overlap_executes_the_blocks_work_once(n):
+    """Cutting each overlapped block into ``n`` chunks (``overlap.tp_chunks``) divides every
+    kernel's FLOPs and bytes by ``n`` and runs ``n`` of them: the executed FLOPs per iteration
+    are those of the run without overlap."""
+    from twin.runner import run
+
+    def flops(sets):
+        d = scenario_dict(**TP2)
+        d["trace"] = {"enabled": False}
+        return run(load_scenario(d, sets)).summary["executed_flops_per_iteration"]
+
+    base = flops(["overlap.tp_comm=false"])
+    assert base > 0
+    assert flops(["overlap.tp_comm=true", f"overlap.tp_chunks={n}"]) == pytest.approx(
+        base, rel=1e-12)
