@@ -285,6 +285,9 @@ def test_aggregates_and_per_stream_statistics():
     assert table.loc[1, "bandwidth_bytes_per_s"] == pytest.approx(3 * 32 / span)
     assert set(res.summary()) >= {"bandwidth_bytes_per_s", "row_hit_rate", "mean_latency_s",
                                   "p99_latency_s", "refresh_fraction"}
+    # one request alone finds its bank closed: a miss, all of the (one-request) run
+    one = simulate(spec, requests([0], [0], [0], [5]))
+    assert (one.row_hit_rate, one.row_miss_rate, one.row_conflict_rate) == (0.0, 1.0, 0.0)
 
 
 def test_generator_is_seeded_sorted_and_labels_streams():
