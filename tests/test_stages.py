@@ -287,3 +287,51 @@ def test_full_recompute_keeps_each_layers_input_only(sp):
         for part in ("weights", "gradients", "optimizer", "activations", "buffers", "total"):
             assert gb[part] * 1e9 == pytest.approx(getattr(m, part), rel=1e-12), part
     assert sharded.buffers > 0 and sharded.activations == mem.activations
+
+
+def test_stage_lists_spread_over_chunks_with_the_remainder_last():
+    """Layers per stage over ``v`` chunks, as even as possible with the remainder on the last
+    chunks, then laid out in model order (virtual stage ``j`` = chunk ``j // pp`` of stage
+    ``j % pp``); without a list every virtual stage holds ``layers / (pp v)``."""
+    from workloads.stages import even_split, from_stage_list, spread_stage
+
+    assert spread_stage(7, 3) == [2, 2, 3] and spread_stage(8, 3) == [2, 3, 3]
+    assert spread_stage(6, 3) == [2, 2, 2] and spread_stage(2, 3) == [0, 1, 1]
+    # stage 0: 5 -> [2, 3], stage 1: 3 -> [1, 2], stage 2: 4 -> [2, 2]; model order
+    assert from_stage_list([5, 3, 4], 2) == [2, 1, 2, 3, 2, 2]
+    assert from_stage_list([5, 3, 4], 1) == [5, 3, 4]
+    assert even_split(12, 2, 3) == [2] * 6 and even_split(8, 4, 1) == [2] * 4
+
+
+@pytest.mark.parametrize("layers,slots,layer_s,first_s,last_s", [
+    (7, 3, 1.0, 1.5, 0.0), (9, 4, 1.0, 0.0, 2.5), (10, 3, 1.0, 1.5, 2.5), (6, 2, 1.0, 3.0, 0.2),
+    (5, 1, 1.0, 0.7, 0.4)])
+def test_balance_is_the_brute_force_optimum(layers, slots, layer_s, first_s, last_s):
+    """``balance`` against every composition of the layers (extras on the first and last
+    slot, both on one when there is one): the least possible largest slot time."""
+    from workloads.stages import balance
+
+    def worst(split):
+        t = [n * layer_s for n in split]
+        t[0] += first_s
+        t[-1] += last_s
+        return max(t)
+
+    best = min(worst(c) for c in itertools.product(range(layers + 1), repeat=slots)
+               if sum(c) == layers)
+    got = balance(layers, slots, layer_s, first_s, last_s)
+    assert sum(got) == layers and worst(got) == pytest.approx(best, rel=1e-12)
+
+
+def test_block_times_are_a_layers_forward_and_backward(tmp_path):
+    """One layer's time is its attention and MLP blocks forward and backward (plus any
+    recomputation), the embedding's and the head's forward and backward: the test's own sums
+    (``_costs``) of the device's block durations."""
+    from workloads.stages import block_times
+
+    scen = pipe(tmp_path, 2, 4)
+    w = scen.workload
+    tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq)
+    cm = ComputeModel(scen.cluster.device, w.precision, scen.cluster.device.hbm_pj_per_bit)
+    got = block_times(tc, lambda b: cm.block_cost(b).duration_s)
+    assert got == pytest.approx(_costs(scen), rel=1e-12)
