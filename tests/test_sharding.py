@@ -241,6 +241,17 @@ def test_prefetch_hides_all_but_the_first_gathers(tmp_path):
     assert got_without == pytest.approx(want_without, rel=0.02)
     assert got_without - got_with == pytest.approx(want_without - want_with, rel=0.02)
     assert with_pf.summary["iteration_time_s"] < without.summary["iteration_time_s"]
+    # the exposed all-gathers are exposed communication, and a part of each device's time
+    for r in (with_pf, without):
+        sm = r.summary
+        wait = sm["sharding"]["allgather_wait_per_device_s"]
+        assert sm["exposed_comm_fraction"] == pytest.approx(
+            (sm["tp_comm_time_per_device_s"] + sm["dp_wait_per_device_s"] + wait)
+            / sm["makespan_s"], rel=1e-9)
+        parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
+                 "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
+                 "idle_time_per_device_s")
+        assert sum(sm[k] for k in parts) + wait == pytest.approx(sm["makespan_s"], rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- combinations
