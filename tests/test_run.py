@@ -232,6 +232,10 @@ def test_summary_fractions_and_memory_are_its_own_parts(tiny):
     assert s["exposed_comm_fraction"] == pytest.approx(
         (s["tp_comm_time_per_device_s"] + s["dp_wait_per_device_s"]) / s["makespan_s"],
         rel=1e-9)
+    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
+             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
+             "idle_time_per_device_s")
+    assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
     mem = stage_memory(scen.workload, scen.cluster.device)
     assert s["memory_per_device_gb"] == pytest.approx(
         {f"stage{m.stage}": m.total / 1e9 for m in mem}, rel=1e-12)
