@@ -241,14 +241,26 @@ def test_pcie_switch_shares_uplink_and_port():
     assert sw.copy_rate(slot) == pytest.approx(rate / 2)
 
 
-@pytest.mark.parametrize("bad", ["overlap.tp_chunks=0", "overlap.dp_streams=99",
+@pytest.mark.parametrize("bad", ["overlap.tp_chunks=0", "overlap.tp_chunks=65",
+                                 "overlap.dp_streams=99", "overlap.dp_streams=17",
                                  "overlap.tp_comm=maybe", "memory.bound=sometimes",
                                  "data.pcie_switch=dgx-z9"])
 def test_bad_overlap_keys_are_refused(bad):
-    """New keys have domains: a bad value names the field."""
+    """New keys have domains (README: ``tp_chunks`` 1-64, ``dp_streams`` 1-16): a bad value
+    names the field; the bounds themselves are accepted."""
     with pytest.raises(ScenarioError) as exc:
         load_scenario(SC / "data_starved.yaml").replace([bad])
     assert bad.split("=")[0] in str(exc.value)
+
+
+def test_overlap_bounds_are_accepted_and_sm_sharing_is_off_by_default():
+    scen = load_scenario(SC / "data_starved.yaml").replace(["overlap.tp_chunks=64",
+                                                            "overlap.dp_streams=16"])
+    assert (scen.overlap.tp_chunks, scen.overlap.dp_streams) == (64, 16)
+    # a roofline run that does not ask for it shares no SMs with its collectives
+    s = run(load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "workload.iterations=1", "trace.enabled=false"])).summary
+    assert s["sm_max_used"] == 0 and s["hbm_max_streams"] == 0
 
 
 def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
