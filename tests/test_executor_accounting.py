@@ -307,3 +307,21 @@ def test_chunked_tp_overlap_executes_the_blocks_work_once(n):
     assert base > 0
     assert flops(["overlap.tp_comm=true", f"overlap.tp_chunks={n}"]) == pytest.approx(
         base, rel=1e-12)
+
+
+def test_with_sequence_parallelism_every_tp_collective_beside_a_block_is_chunked():
+    """TP overlap with sequence parallelism: every block sits between an all-gather and a
+    reduce-scatter, both fused with it (``workloads.overlap.fuse_tp``), so each TP collective
+    is 2 chunks on the communication stream (their index in the mb column) and one row on the
+    compute stream (the part it waits for: the first all-gather chunk, the last
+    reduce-scatter chunk); a collective left blocking would add a compute-stream row without
+    chunks."""
+    from collections import Counter
+
+    _model, _ex, rows = _run(["overlap.tp_comm=true", "overlap.tp_chunks=2",
+                              "workload.sequence_parallel=true"], **TP2)
+    tp_rows = [r for r in rows if r[3] == "tp"]
+    assert all(r[5] in (0, 1) for r in tp_rows if r[2] == "comm")
+    n = Counter((r[2], r[4]) for r in tp_rows)
+    for kind in ("allgather", "reduce_scatter"):
+        assert n[("compute", kind)] > 0 and n[("comm", kind)] == 2 * n[("compute", kind)], kind

@@ -272,6 +272,13 @@ def test_sharding_with_tp_and_pp_is_symmetric_and_shards_each_slice(tmp_path):
     slice0 = (2 * layer_params() + VOCAB * H) / 2   # stage 0: 2 layers + embedding, / tp
     assert mem[0].weights == pytest.approx(2.0 * slice0 / 2, rel=1e-12)  # / dp
     assert mem[0].optimizer == pytest.approx(K_ADAM * slice0 / 2, rel=1e-12)
+    # pipeline waits and exposed all-gathers are each a part of a device's time
+    wait = s1["sharding"]["allgather_wait_per_device_s"]
+    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
+             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
+             "idle_time_per_device_s")
+    assert s1["pipeline_wait_per_device_s"] > 0 and wait > 0
+    assert sum(s1[k] for k in parts) + wait == pytest.approx(s1["makespan_s"], rel=1e-9)
 
 
 @pytest.mark.parametrize("sets,field", [
