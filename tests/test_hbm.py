@@ -288,6 +288,23 @@ def test_aggregates_and_per_stream_statistics():
     # one request alone finds its bank closed: a miss, all of the (one-request) run
     one = simulate(spec, requests([0], [0], [0], [5]))
     assert (one.row_hit_rate, one.row_miss_rate, one.row_conflict_rate) == (0.0, 1.0, 0.0)
+    assert one.completion_s.max() < spec.tREFI_ns * NS and one.refresh_fraction == 0.0
+
+
+def test_refresh_fraction_is_the_windows_share_of_the_run():
+    """Refresh windows [j tREFI, j tREFI + tRFC], j = 1, 2, ...: the share of [0, last
+    completion] they cover, summed window by window here, for a backlog that spans several."""
+    spec = tiny(queue_depth=3, tREFI_ns=40.0, tRFC_ns=8.0)
+    n = 60
+    req = requests(np.zeros(n), np.zeros(n, int), np.arange(n) % 4, (np.arange(n) // 8) % 3)
+    res = simulate(spec, req)
+    end = float(res.completion_s.max())
+    refi, rfc = 40.0 * NS, 8.0 * NS
+    assert end > 3 * refi
+    covered = sum(max(0.0, min(end, j * refi + rfc) - j * refi)
+                  for j in range(1, int(end / refi) + 2))
+    assert res.refresh_fraction == pytest.approx(covered / end, rel=1e-12)
+    assert simulate(spec, req, refresh=False).refresh_fraction == 0.0
 
 
 def test_generator_is_seeded_sorted_and_labels_streams():
