@@ -291,21 +291,23 @@ def test_only_tp_collectives_are_costed_in_closed_form():
     assert n_tp > 0 and ex.closed_form_collectives == n_tp
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_chunked_tp_overlap_executes_the_blocks_work_once(n):
+@pytest.mark.parametrize("n,sp", [(2, False), (3, False), (4, False), (2, True), (3, True)])
+def test_chunked_tp_overlap_executes_the_blocks_work_once(n, sp):
     """Cutting each overlapped block into ``n`` chunks (``overlap.tp_chunks``) divides every
-    kernel's FLOPs and bytes by ``n`` and runs ``n`` of them: the executed FLOPs per iteration
-    are those of the run without overlap."""
+    kernel's FLOPs and bytes by ``n`` and runs ``n`` of them, and its collectives likewise: the
+    executed FLOPs and the bytes sent per iteration are those of the run without overlap
+    (with and without sequence parallelism)."""
     from twin.runner import run
 
-    def flops(sets):
+    def work(sets):
         d = scenario_dict(**TP2)
         d["trace"] = {"enabled": False}
-        return run(load_scenario(d, sets)).summary["executed_flops_per_iteration"]
+        s = run(load_scenario(d, [*sets, f"workload.sequence_parallel={str(sp).lower()}"]))
+        return s.summary["executed_flops_per_iteration"], s.summary["bytes_sent"]
 
-    base = flops(["overlap.tp_comm=false"])
-    assert base > 0
-    assert flops(["overlap.tp_comm=true", f"overlap.tp_chunks={n}"]) == pytest.approx(
+    base = work(["overlap.tp_comm=false"])
+    assert base[0] > 0 and base[1] > 0
+    assert work(["overlap.tp_comm=true", f"overlap.tp_chunks={n}"]) == pytest.approx(
         base, rel=1e-12)
 
 
