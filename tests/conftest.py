@@ -30,6 +30,13 @@ BASE = {
 }
 
 
+#: summary keys that split a device's time (s per device); with the sharding all-gather wait
+#: (``sharding.allgather_wait_per_device_s``) they add up to the makespan
+DEVICE_TIME_KEYS = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
+                    "pipeline_wait_per_device_s", "dp_wait_per_device_s",
+                    "data_wait_per_device_s", "idle_time_per_device_s")
+
+
 def scenario_dict(**updates) -> dict:
     """A copy of the tiny base scenario with dotted-key updates applied."""
     d = copy.deepcopy(BASE)

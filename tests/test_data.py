@@ -15,6 +15,7 @@ import pytest
 import simpy
 
 import twin
+from tests.conftest import DEVICE_TIME_KEYS
 from twin.trace import read_table
 from workloads.data import DataPath, LoadCost, NodePlan
 
@@ -105,9 +106,7 @@ def test_slow_data_path_wait_fraction_is_one_minus_rate_ratio(no_data, kind, rat
     assert s["data_wait_fraction"] >= expected * (1 - 1e-6)   # the finite-run bias is upward
     assert s["mfu"] / no_data["mfu"] == pytest.approx(rate / consumption, rel=0.02)
     # the input waits are their own part of each device's time, which adds up to the makespan
-    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
-             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
-             "idle_time_per_device_s")
+    parts = DEVICE_TIME_KEYS
     assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
 
 

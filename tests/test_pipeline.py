@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import scenario_dict
+from tests.conftest import DEVICE_TIME_KEYS, scenario_dict
 from twin.runner import run
 from twin.scenario import load_scenario
 from twin.trace import read_table
@@ -97,9 +97,7 @@ def test_summary_bubble_is_the_traced_receive_waits_and_the_rest_is_idle(tmp_pat
     traced = float((waits["t_end"] - waits["t_start"]).sum())
     assert s["bubble_fraction"] == pytest.approx(traced / (pp * s["makespan_s"]), rel=1e-9)
     assert s["pipeline_wait_per_device_s"] == pytest.approx(traced / pp, rel=1e-9)
-    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
-             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
-             "idle_time_per_device_s")
+    parts = DEVICE_TIME_KEYS
     assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
     idle = s["idle_time_per_device_s"] / s["makespan_s"]
     assert idle > 0.05 and s["data_wait_fraction"] == 0.0

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import DEVICE_TIME_KEYS, ROOT
 from twin.runner import run
 from twin.summary import SUMMARY_KEYS
 from twin.trace import list_tables, read_attrs, read_table
@@ -232,9 +232,7 @@ def test_summary_fractions_and_memory_are_its_own_parts(tiny):
     assert s["exposed_comm_fraction"] == pytest.approx(
         (s["tp_comm_time_per_device_s"] + s["dp_wait_per_device_s"]) / s["makespan_s"],
         rel=1e-9)
-    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
-             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
-             "idle_time_per_device_s")
+    parts = DEVICE_TIME_KEYS
     assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
     mem = stage_memory(scen.workload, scen.cluster.device)
     assert s["memory_per_device_gb"] == pytest.approx(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import scenario_dict
+from tests.conftest import DEVICE_TIME_KEYS, scenario_dict
 from twin.build import build
 from twin.cli import main
 from twin.runner import run
@@ -248,9 +248,7 @@ def test_prefetch_hides_all_but_the_first_gathers(tmp_path):
         assert sm["exposed_comm_fraction"] == pytest.approx(
             (sm["tp_comm_time_per_device_s"] + sm["dp_wait_per_device_s"] + wait)
             / sm["makespan_s"], rel=1e-9)
-        parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
-                 "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
-                 "idle_time_per_device_s")
+        parts = DEVICE_TIME_KEYS
         assert sum(sm[k] for k in parts) + wait == pytest.approx(sm["makespan_s"], rel=1e-9)
 
 
@@ -274,9 +272,7 @@ def test_sharding_with_tp_and_pp_is_symmetric_and_shards_each_slice(tmp_path):
     assert mem[0].optimizer == pytest.approx(K_ADAM * slice0 / 2, rel=1e-12)
     # pipeline waits and exposed all-gathers are each a part of a device's time
     wait = s1["sharding"]["allgather_wait_per_device_s"]
-    parts = ("compute_time_per_device_s", "tp_comm_time_per_device_s",
-             "pipeline_wait_per_device_s", "dp_wait_per_device_s", "data_wait_per_device_s",
-             "idle_time_per_device_s")
+    parts = DEVICE_TIME_KEYS
     assert s1["pipeline_wait_per_device_s"] > 0 and wait > 0
     assert sum(s1[k] for k in parts) + wait == pytest.approx(s1["makespan_s"], rel=1e-9)
 
