@@ -106,8 +106,7 @@ def test_slow_data_path_wait_fraction_is_one_minus_rate_ratio(no_data, kind, rat
     assert s["data_wait_fraction"] >= expected * (1 - 1e-6)   # the finite-run bias is upward
     assert s["mfu"] / no_data["mfu"] == pytest.approx(rate / consumption, rel=0.02)
     # the input waits are their own part of each device's time, which adds up to the makespan
-    parts = DEVICE_TIME_KEYS
-    assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
+    assert sum(s[k] for k in DEVICE_TIME_KEYS) == pytest.approx(s["makespan_s"], rel=1e-9)
 
 
 def test_fast_data_path_waits_only_for_the_first_input(no_data, tmp_path):

@@ -97,8 +97,7 @@ def test_summary_bubble_is_the_traced_receive_waits_and_the_rest_is_idle(tmp_pat
     traced = float((waits["t_end"] - waits["t_start"]).sum())
     assert s["bubble_fraction"] == pytest.approx(traced / (pp * s["makespan_s"]), rel=1e-9)
     assert s["pipeline_wait_per_device_s"] == pytest.approx(traced / pp, rel=1e-9)
-    parts = DEVICE_TIME_KEYS
-    assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
+    assert sum(s[k] for k in DEVICE_TIME_KEYS) == pytest.approx(s["makespan_s"], rel=1e-9)
     idle = s["idle_time_per_device_s"] / s["makespan_s"]
     assert idle > 0.05 and s["data_wait_fraction"] == 0.0
     assert s["bubble_fraction"] + idle == pytest.approx((pp - 1) / (m + pp - 1), abs=0.02)

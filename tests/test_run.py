@@ -232,8 +232,7 @@ def test_summary_fractions_and_memory_are_its_own_parts(tiny):
     assert s["exposed_comm_fraction"] == pytest.approx(
         (s["tp_comm_time_per_device_s"] + s["dp_wait_per_device_s"]) / s["makespan_s"],
         rel=1e-9)
-    parts = DEVICE_TIME_KEYS
-    assert sum(s[k] for k in parts) == pytest.approx(s["makespan_s"], rel=1e-9)
+    assert sum(s[k] for k in DEVICE_TIME_KEYS) == pytest.approx(s["makespan_s"], rel=1e-9)
     mem = stage_memory(scen.workload, scen.cluster.device)
     assert s["memory_per_device_gb"] == pytest.approx(
         {f"stage{m.stage}": m.total / 1e9 for m in mem}, rel=1e-12)
