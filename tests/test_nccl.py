@@ -26,11 +26,12 @@ HW_NVLINK = {"LL": 0.47, "LL128": 1.9, "simple": 3.4}
 HW_NET = {"LL": 2.7, "LL128": 4.0, "simple": 9.6}
 
 
-def reference_time(op: str, p: int, n: float, bus: float, nodes: int = 1) -> float:
-    """NCCL's ring time: the fastest protocol of base + steps x hw + n / (f B p / steps)."""
+def reference_costs(op: str, p: int, n: float, bus: float, nodes: int = 1) -> dict:
+    """NCCL's ring model per enabled protocol: ``proto -> (time, latency, bandwidth fraction)``
+    with time = base + steps x hw + n / (f B p / steps) (LL128 only inside one node)."""
     steps = 2 * (p - 1) if op == "allreduce" else p - 1
     net = (2 * (nodes - 1) if op == "allreduce" else nodes - 1) if nodes > 1 else 0
-    best = np.inf
+    out = {}
     for proto in ("LL", "LL128", "simple"):
         if proto == "LL128" and nodes > 1:
             continue
@@ -38,8 +39,13 @@ def reference_time(op: str, p: int, n: float, bus: float, nodes: int = 1) -> flo
              "simple": 1.0}[proto]
         intra = HW_NVLINK[proto] * (1.8 if proto == "LL" and nodes > 1 else 1.0)
         lat = (BASE[proto] + (steps - net) * intra + net * HW_NET[proto]) * 1e-6
-        best = min(best, lat + n / (f * bus * p / steps))
-    return best
+        out[proto] = (lat + n / (f * bus * p / steps), lat, f)
+    return out
+
+
+def reference_time(op: str, p: int, n: float, bus: float, nodes: int = 1) -> float:
+    """NCCL's ring time: the fastest protocol's (:func:`reference_costs`)."""
+    return min(t for t, _lat, _f in reference_costs(op, p, n, bus, nodes).values())
 
 
 def twin_time(op: str, n: float, link: str = "nvlink4-switch", gpus: int = 8) -> tuple:
@@ -139,17 +145,12 @@ def test_every_protocols_cost_is_the_tuning_models(op, ranks, nodes):
     net = (2 * (nodes - 1) if op == "allreduce" else nodes - 1) if nodes > 1 else 0
     for n in (4096.0, 2.0 ** 20, 2.0 ** 30):
         got = nccl.protocol_costs(op, steps, net, nodes > 1, n, ranks, bus)
-        assert sorted(got) == sorted(["LL", "simple"] + (["LL128"] if nodes == 1 else []))
+        ref = reference_costs(op, ranks, n, bus, nodes)
+        assert sorted(got) == sorted(ref) == sorted(
+            ["LL", "simple"] + (["LL128"] if nodes == 1 else []))
         for proto, (t, lat, f) in got.items():
-            f_ref = {"LL": 0.25 if (op == "allreduce" or nodes > 1) else 1 / 3,
-                     "LL128": 0.92, "simple": 1.0}[proto]
-            intra = HW_NVLINK[proto] * (1.8 if proto == "LL" and nodes > 1 else 1.0)
-            lat_ref = (BASE[proto] + (steps - net) * intra + net * HW_NET[proto]) * 1e-6
-            assert f == pytest.approx(f_ref, rel=1e-9), proto
-            assert lat == pytest.approx(lat_ref, rel=1e-12), proto
-            assert t == pytest.approx(lat_ref + n * steps / (f_ref * bus * ranks), rel=1e-9)
-        ref = reference_time(op, ranks, n, bus, nodes)
-        assert min(t for t, _l, _f in got.values()) == pytest.approx(ref, rel=1e-9)
+            assert (t, f) == pytest.approx(ref[proto][::2], rel=1e-9), proto
+            assert lat == pytest.approx(ref[proto][1], rel=1e-12), proto
 
 
 def test_a_slower_protocol_adds_the_largest_flows_bandwidth_term():
