@@ -264,7 +264,9 @@ def test_a_full_disk_is_an_error_message_not_a_traceback(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "kind"), [("", "null"), ("# only a comment\n", "null"),
-                                             ("- 1\n- 2\n", "a list"), ("42\n", "a number")])
+                                             ("- 1\n- 2\n", "a list"), ("42\n", "a number"),
+                                             # a text, once taken by `check` for a file name
+                                             ("scenarios/quickstart.yaml\n", "a text")])
 @pytest.mark.parametrize("sub", ["check", "run"])
 def test_a_file_that_is_not_a_mapping_is_a_field_error(sub, text, kind, tmp_path, capsys):
     """A YAML document that parses but is not a mapping (empty, a list, a scalar) is reported

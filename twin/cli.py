@@ -222,8 +222,11 @@ def check_file(path: str, overrides: list[str]) -> str:
     raw = read_yaml(path, "input")
     kind = file_kind(raw)
     if kind == "scenario":
+        from twin.kernel.schema import require_mapping
         from twin.scenario import load_scenario  # not twin.api: checking needs no simulator
 
+        # a text document would otherwise be taken for the path of another file
+        raw = require_mapping(raw, "scenario", "name, seed, cluster, workload, ...", path)
         scen = load_scenario(raw, overrides, source=str(Path(path)))  # read once
         return f"scenario {scen.name}"
     if overrides:
