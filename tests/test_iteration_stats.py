@@ -102,3 +102,34 @@ def test_negligible_drift_of_a_random_run_is_not_a_drift():
     assert iteration_report(tiny, random=True)["iteration_time_converged"]
     drift = 0.0722 * (1 + 0.02 * (np.arange(n) >= n // 2))
     assert not iteration_report(drift, random=True)["iteration_time_converged"]
+
+
+def test_random_run_without_spread_needs_no_tail_estimate():
+    """A random run whose draws never move the iteration time (or move only two iterations
+    above the median) has too few slow iterations for a Hill estimate: no tail index and no
+    error (the report raised 'has 0 positive values' at the end of such a run)."""
+    flat = iteration_report(np.full(60, 1.0), random=True)
+    assert flat["iteration_time_converged"] and flat["iteration_time_tail_index"] is None
+    two = iteration_report(np.r_[np.full(58, 1.0), 1.1, 1.2], random=True)
+    assert two["iteration_time_tail_index"] is None
+
+
+def test_running_means_at_powers_of_two_and_the_end():
+    """After 1, 2, 4 and all 5 iterations of 1 .. 5 s: 1, 1.5, 2.5 and 3 s."""
+    r = iteration_report(np.arange(1.0, 6.0), random=False)
+    assert r["iteration_time_running_mean_s"] == [1.0, 1.5, 2.5, 3.0]
+
+
+@pytest.mark.parametrize("n", range(MIN_CHECK + 1, 70))
+def test_standard_error_from_an_even_number_of_batches(n):
+    """The standard error is the batch-means one over the iterations after the first, with an
+    even number of batches: 20 when there are 2 or more iterations per batch, else the largest
+    even number that leaves 2 per batch (at least 4); written out here with NumPy."""
+    rng = np.random.default_rng(n)
+    t = 1.0 + 0.01 * rng.standard_normal(n)
+    steady = t[1:]
+    nb = max(4, min(20, 2 * (steady.size // 4)))
+    size = steady.size // nb
+    means = steady[steady.size - size * nb:].reshape(nb, size).mean(axis=1)
+    r = iteration_report(t, random=True)
+    assert r["iteration_time_se_s"] == pytest.approx(means.std(ddof=1) / math.sqrt(nb))

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from twin.kernel.queueing.statistics import (
+    HILL_MIN_K,
     batch_means,
-    default_hill_k,
     hill_estimate,
     running_mean_check,
 )
@@ -98,8 +98,11 @@ def iteration_report(times: np.ndarray, random: bool,
                 f"relative standard error {check.relative_standard_error:.3g})")
         if random and steady.size >= MIN_HILL:
             excess = steady - float(np.median(steady))
-            if int((excess > 0).sum()) > default_hill_k(int((excess > 0).sum())):
-                hill = hill_estimate(excess[excess > 0])
+            above = excess[excess > 0]
+            # the estimate's default k needs more values above the median than HILL_MIN_K
+            # (a random run whose draws barely move the time can have none: nothing to judge)
+            if above.size > HILL_MIN_K:
+                hill = hill_estimate(above)
                 tail = hill.alpha
                 if hill.variance_verdict == "infinite":
                     warnings.append(f"iteration-time tail index {hill.alpha:.3g} "

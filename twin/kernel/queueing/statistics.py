@@ -185,6 +185,10 @@ class HillEstimate:
         return "uncertain"
 
 
+#: the fewest upper order statistics :func:`default_hill_k` uses
+HILL_MIN_K = 10
+
+
 def default_hill_k(n: int) -> int:
     """Default number of order statistics for :func:`hill_estimate`: ``round(sqrt(n))``,
     at least 10 and at most ``n - 1``.
@@ -194,7 +198,7 @@ def default_hill_k(n: int) -> int:
     interval than a fixed 2-5% fraction (half-width ``1.96 / sqrt(k)`` relative: 11% at 1e5
     samples, 3.5% at 1e7).
     """
-    return int(min(n - 1, max(10, round(math.sqrt(n)))))
+    return int(min(n - 1, max(HILL_MIN_K, round(math.sqrt(n)))))
 
 
 def hill_estimate(
