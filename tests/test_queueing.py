@@ -575,6 +575,64 @@ def test_superpose_keeps_stream_ids_and_ties_deterministic():
     assert [w.size for w in merged.split(waits)] == [s.size for s in streams]
 
 
+class _ScriptedGenerator(np.random.Generator):
+    """A Generator whose draws the test chooses: every exponential visit is ``visit`` long,
+    a Poisson count is 1 where its mean is positive (else 0), a uniform is 0.5."""
+
+    def __init__(self, visit: float):
+        super().__init__(np.random.PCG64(0))
+        self.visit = visit
+
+    def standard_exponential(self, size=None, **kw):
+        return np.full(size, self.visit)
+
+    def poisson(self, lam=1.0, size=None):
+        return (np.asarray(lam) > 0).astype(np.int64)
+
+    def random(self, size=None, **kw):
+        return np.full(size, 0.5)
+
+
+def test_mmpp2_states_alternate_across_drawing_rounds():
+    """A path drawn in several rounds (each round's visits fall short of ``t_end``) still
+    alternates on, off, on, ...: with every visit 0.25 s long, one arrival in the middle of
+    each on visit and none off, the arrivals are at 0.125 + 0.5 k, k = 0 .. 199, written out
+    here from the alternation alone."""
+    m = q.MMPP2Arrivals(rate_on=3.0, rate_off=0.0, mean_on=1.0, mean_off=1.0,
+                        initial_state="on")
+    times = m.sample_until(_ScriptedGenerator(0.25), 100.0)  # 108 visits cover 27 s, ...
+    np.testing.assert_allclose(times, 0.125 + 0.5 * np.arange(200))
+
+
+def test_mmpp2_stationary_start_is_on_with_probability_p_on():
+    """Windows of 1 ms from a stationary start: an on start (probability p_on = 0.9) sees
+    ~10 arrivals at 10^4/s, an off start almost never switches on in time (mean off 1 s), so
+    the share of windows with an arrival is 0.9 (+ ~1e-4) within its binomial error."""
+    m = q.MMPP2Arrivals(rate_on=1e4, rate_off=0.0, mean_on=9.0, mean_off=1.0)
+    rng = np.random.default_rng(17)
+    n = 4000
+    seen = sum(m.sample_until(rng, 1e-3).size > 0 for _ in range(n))
+    assert abs(seen / n - 0.9) <= 4.0 * math.sqrt(0.9 * 0.1 / n)
+
+
+def test_mmpp2_edges_of_its_parameters():
+    """Rates below 1/s and a source that emits only when off are valid; both rates 0 is not;
+    an empty window has no arrivals; a few arrivals from a slowly switching source."""
+    m = q.MMPP2Arrivals.from_switching_rates(2.0, 0.0, 0.5, 0.25)  # rates < 1/s
+    assert (m.mean_on, m.mean_off) == (2.0, 4.0)
+    off_only = q.MMPP2Arrivals(rate_on=0.0, rate_off=2.0, mean_on=1.0, mean_off=3.0)
+    assert off_only.rate == pytest.approx(2.0 * 3.0 / 4.0)
+    t = off_only.sample_until(np.random.default_rng(8), 20_000.0)
+    assert abs(t.size - 30_000.0) <= 4.0 * math.sqrt(off_only.index_of_dispersion * 30_000.0)
+    with pytest.raises(ScenarioError, match=r"mmpp2\.rate_on") as exc:
+        q.MMPP2Arrivals(rate_on=0.0, rate_off=0.0, mean_on=1.0, mean_off=1.0)
+    assert "both 0" in str(exc.value)
+    assert m.sample_until(np.random.default_rng(1), 5.0, start=5.0).size == 0
+    slow = q.MMPP2Arrivals(rate_on=1.0, rate_off=0.0, mean_on=100.0, mean_off=100.0)
+    few = slow.sample(np.random.default_rng(2), 5, start=3.0)
+    assert few.size == 5 and (np.diff(few) >= 0).all() and few[0] >= 3.0
+
+
 # ------------------------------------------------------------------------------------------
 # Heavy tails, stability and the analysis report
 # ------------------------------------------------------------------------------------------
@@ -608,6 +666,57 @@ def test_hill_verdicts_and_input_checks():
         q.hill_estimate(np.arange(1.0, 11.0), k=10)
     with pytest.raises(ScenarioError, match=r"samples\[1\]"):
         q.hill_estimate([1.0, -1.0, 2.0])
+
+
+def test_hill_estimate_on_three_values_by_hand():
+    """The smallest admissible input, 3 positive values, k = 1: 1 / alpha = ln(4 / 2), and the
+    95% interval alpha (1 -+ 1.96 / sqrt(1)) has its lower end clipped at 0."""
+    h = q.hill_estimate([1.0, 2.0, 4.0], k=1)
+    assert h.alpha == pytest.approx(1.0 / math.log(2.0))
+    assert h.threshold == 2.0 and h.n == 3
+    assert h.ci_low == 0.0
+    assert h.ci_high == pytest.approx(h.alpha * (1.0 + 1.959964), rel=1e-6)
+    with pytest.raises(ScenarioError, match="confidence"):
+        q.hill_estimate([1.0, 2.0, 4.0], k=1, confidence=1.0)
+    with pytest.raises(ScenarioError, match="3 positive"):
+        q.hill_estimate([0.0, 2.0, 4.0], k=1)
+
+
+def test_batch_means_by_hand_and_their_interval():
+    """Batch means 1, 2, 4, 3 (two values each): mean 2.5, standard error
+    sqrt(5/3) / 2, lag-1 autocorrelation (-1.5 x -0.5 + -0.5 x 1.5 + 1.5 x 0.5) / 5 = 0.15
+    in any unit (the same series in microseconds), and the 95% interval uses Student's t
+    with 3 degrees of freedom, 3.182446 (table value)."""
+    x = np.array([0.5, 1.5, 2.0, 2.0, 3.0, 5.0, 2.5, 3.5])
+    for scale in (1.0, 1e-6):
+        bm = q.batch_means(x * scale, n_batches=4)
+        assert bm.mean == pytest.approx(2.5 * scale)
+        assert bm.standard_error == pytest.approx(math.sqrt(5.0 / 3.0) / 2.0 * scale)
+        assert bm.lag1_autocorrelation == pytest.approx(0.15)
+    lo, hi = q.batch_means(x, n_batches=4).confidence_interval(0.95)
+    half = 3.182446 * math.sqrt(5.0 / 3.0) / 2.0
+    assert (lo, hi) == (pytest.approx(2.5 - half, rel=1e-6), pytest.approx(2.5 + half, rel=1e-6))
+
+
+def test_running_mean_check_of_a_constant_series():
+    """No change between the halves and no spread: z-score, relative change and relative
+    standard error are all 0 (not 0 / 0); a constant 0 series likewise."""
+    for value in (2.0, 0.0):
+        c = q.running_mean_check(np.full(40, value), n_batches=4)
+        assert (c.z_score, c.relative_change, c.relative_standard_error) == (0.0, 0.0, 0.0)
+        assert c.settled
+
+
+def test_infinite_variance_warning_names_the_hill_estimate():
+    """Without a given distribution the verdict comes from the Hill estimate, and the
+    warning says so with its numbers."""
+    rng = np.random.default_rng(9)
+    services = q.Pareto(1.3, 0.2).sample(rng, 200_000)
+    arrivals = q.PoissonArrivals(1.0).sample(rng, 200_000)
+    a = q.analyze_queue(arrivals, services)
+    assert a.variance_infinite and a.hill is not None
+    text = " ".join(a.warnings)
+    assert "infinite service variance (Hill tail index" in text
 
 
 def test_pareto_alpha_18_flagged_infinite_variance_not_converged():

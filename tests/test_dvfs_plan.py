@@ -1,0 +1,74 @@
+"""The per-stage clock planner (devices/dvfs.py) on hand-built stages.
+
+A stand-in setup gives each stage a chosen amount of work, each P-state a chosen time scale
+and power, and no idle power, so every estimate of the planner is a sum the test writes out:
+busy = work x scale, energy = busy x power, iteration estimate
+``T = (m - 1) / m max busy + sum busy / m``. The greedy steps are worked by hand from the
+module's rule (the step that saves the most energy per second it adds, within the slack).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from devices.dvfs import plan_stages
+
+SCALE = [1.0, 1.25, 1.6]  # time of a block at P-states 0, 1, 2 relative to the top clock
+
+
+class _Block:
+    def __init__(self, work_s: float, power_w: list[float]):
+        self.work_s, self.power_w = work_s, power_w
+
+
+def _setup():
+    dev = SimpleNamespace(n_states=3, mhz=[1980.0, 1600.0, 1200.0], math_scale=SCALE,
+                          idle_chip_w=lambda k, temp: 0.0,
+                          regulator=SimpleNamespace(input_power=lambda w: w))
+    compute = SimpleNamespace(
+        block_cost=lambda b, scale, mem: SimpleNamespace(duration_s=b.work_s * scale))
+    return SimpleNamespace(dev=dev, compute=compute, initial_temp_c=lambda: 40.0,
+                           block_power=lambda b, k, temp: b.power_w[k])
+
+
+def test_unlimited_slack_takes_every_stage_to_the_lowest_clock():
+    """Energy per unit of work 100, 75, 48 J at the three states: with any slowdown allowed
+    both stages end at the lowest state; busy and energies by hand (two blocks of stage 0
+    of 0.5 s each count as 1 s)."""
+    a = _Block(0.5, [100.0, 60.0, 30.0])
+    b = _Block(2.0, [100.0, 60.0, 30.0])
+    plan = plan_stages(_setup(), {0: [a, a], 1: [b]}, microbatches=4, slack=10.0)
+    assert plan.states == [2, 2] and plan.mhz == [1200.0, 1200.0]
+    assert plan.base_busy_s == [1.0, 2.0]
+    assert plan.busy_s == [pytest.approx(1.6), pytest.approx(3.2)]
+    assert plan.base_iteration_s == pytest.approx(3 / 4 * 2.0 + 3.0 / 4)
+    assert plan.est_iteration_s == pytest.approx(3 / 4 * 3.2 + 4.8 / 4)
+    assert plan.base_energy_j == pytest.approx(100.0 * 3.0)
+    assert plan.est_energy_j == pytest.approx(48.0 * 3.0)
+    assert plan.predicted_saving == pytest.approx(1.0 - 48.0 / 100.0)
+    assert plan.predicted_slowdown == pytest.approx(3.6 / 2.25 - 1.0)
+
+
+def test_greedy_takes_the_most_energy_per_added_second_first():
+    """One microbatch (T = sum of busy). Stage A (1 s): state 1 saves 25 J for 0.25 s
+    (100 J/s), state 2 then 27 J for 0.35 s. Stage B (4 s): state 1 saves 40 J for 1 s
+    (40 J/s). Slack 0.21 of T0 = 5 s allows T <= 6.05 s: A goes down first (more J per
+    second), then again (5.6 s); B's step would then reach 6.6 s. A rule that ranked steps by
+    the energy alone would lower B first (40 J > 25 J) and stop there."""
+    a = _Block(1.0, [100.0, 60.0, 30.0])
+    b = _Block(4.0, [100.0, 72.0, 50.0])
+    plan = plan_stages(_setup(), {0: [a], 1: [b]}, microbatches=1, slack=0.21)
+    assert plan.states == [2, 0]
+    assert plan.est_iteration_s == pytest.approx(1.6 + 4.0)
+    assert plan.est_energy_j == pytest.approx(48.0 + 400.0)
+
+
+def test_no_slack_and_no_saving_keep_the_top_clock():
+    """Slack 0: every step adds time, none is taken. A state that costs more energy (power
+    falling slower than time grows) is never taken either."""
+    a = _Block(1.0, [100.0, 60.0, 30.0])
+    assert plan_stages(_setup(), {0: [a], 1: [a]}, microbatches=8, slack=0.0).states == [0, 0]
+    hot = _Block(1.0, [100.0, 90.0, 80.0])  # 112.5 and 128 J per unit of work
+    assert plan_stages(_setup(), {0: [hot]}, microbatches=8, slack=1.0).states == [0]
