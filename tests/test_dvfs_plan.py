@@ -19,16 +19,19 @@ SCALE = [1.0, 1.25, 1.6]  # time of a block at P-states 0, 1, 2 relative to the 
 
 
 class _Block:
-    def __init__(self, work_s: float, power_w: list[float]):
-        self.work_s, self.power_w = work_s, power_w
+    """``work_s`` of math at the top clock, ``mem_s`` of HBM traffic at the nominal memory
+    speed (a roofline: the longer of the two), ``power_w`` per P-state."""
+
+    def __init__(self, work_s: float, power_w: list[float], mem_s: float = 0.0):
+        self.work_s, self.power_w, self.mem_s = work_s, power_w, mem_s
 
 
-def _setup():
+def _setup(idle_w=(0.0, 0.0, 0.0), efficiency=1.0):
     dev = SimpleNamespace(n_states=3, mhz=[1980.0, 1600.0, 1200.0], math_scale=SCALE,
-                          idle_chip_w=lambda k, temp: 0.0,
-                          regulator=SimpleNamespace(input_power=lambda w: w))
-    compute = SimpleNamespace(
-        block_cost=lambda b, scale, mem: SimpleNamespace(duration_s=b.work_s * scale))
+                          idle_chip_w=lambda k, temp: idle_w[k],
+                          regulator=SimpleNamespace(input_power=lambda w: w / efficiency))
+    compute = SimpleNamespace(block_cost=lambda b, scale, mem: SimpleNamespace(
+        duration_s=max(b.work_s * scale, b.mem_s * mem)))
     return SimpleNamespace(dev=dev, compute=compute, initial_temp_c=lambda: 40.0,
                            block_power=lambda b, k, temp: b.power_w[k])
 
@@ -72,3 +75,23 @@ def test_no_slack_and_no_saving_keep_the_top_clock():
     assert plan_stages(_setup(), {0: [a], 1: [a]}, microbatches=8, slack=0.0).states == [0, 0]
     hot = _Block(1.0, [100.0, 90.0, 80.0])  # 112.5 and 128 J per unit of work
     assert plan_stages(_setup(), {0: [hot]}, microbatches=8, slack=1.0).states == [0]
+
+
+def test_idle_power_and_a_memory_bound_stage():
+    """Two microbatches. Stage 0 computes 1 s; stage 1 is memory-bound (0.5 s of HBM
+    traffic, 0.2 s of math: 0.32 s even at the lowest clock), so its clock costs no time.
+    Idle chip power 20 / 15 / 10 W at the three states through a 90% regulator, counted for
+    the rest of T. By hand: T0 = 1/2 x 1 + 1.5 / 2 = 1.25 s; E0 = 100 + 20/0.9 x 0.25
+    + 80 x 0.5 + 20/0.9 x 0.75 J. With no slack only steps that add no time are taken:
+    stage 1 goes to the lowest state (65 x 0.5 + 10/0.9 x 0.75 J), stage 0 stays."""
+    setup = _setup(idle_w=(20.0, 15.0, 10.0), efficiency=0.9)
+    a = _Block(1.0, [100.0, 60.0, 30.0])
+    mem = _Block(0.2, [80.0, 70.0, 65.0], mem_s=0.5)
+    plan = plan_stages(setup, {0: [a], 1: [mem]}, microbatches=2, slack=0.0)
+    assert plan.base_busy_s == [1.0, 0.5] and plan.busy_s == [1.0, 0.5]
+    assert plan.base_iteration_s == pytest.approx(1.25)
+    assert plan.est_iteration_s == pytest.approx(1.25)
+    stage0 = 100.0 + 20.0 / 0.9 * 0.25
+    assert plan.base_energy_j == pytest.approx(stage0 + 80.0 * 0.5 + 20.0 / 0.9 * 0.75)
+    assert plan.states == [0, 2]
+    assert plan.est_energy_j == pytest.approx(stage0 + 65.0 * 0.5 + 10.0 / 0.9 * 0.75)

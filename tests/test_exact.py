@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from twin.aggregate import REL_TOL
 from twin.runner import run
 from twin.scenario import load_scenario
 
@@ -130,6 +131,27 @@ AGG_CASES = {  # the reduced runs simulate at most half the microbatches (twin.a
 }
 
 
+#: summary keys that describe how a run was simulated, not its results
+HOW_RUN = {"events", "wall_time_s", "symmetry_used", "exact_mode", "shortcuts_used",
+           "replica_orbit", "lockstep_ring_transfers", "run_ahead_ops", "rank_classes",
+           "microbatches_simulated", "aggregation", "undefined_keys",
+           "iteration_time_cov"}  # rounding noise of equal iterations (twin.aggregate)
+
+
+def _numeric_leaves(a, b, path=""):
+    """(path, a's number, b's value) for every number of the nested summary ``a``."""
+    if isinstance(a, dict):
+        for k, v in a.items():
+            if k != "symmetry_used" and not (path == "" and k in HOW_RUN):
+                yield from _numeric_leaves(v, (b or {}).get(k), f"{path}.{k}" if path else k)
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(b) == len(a), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            yield from _numeric_leaves(x, y, f"{path}.{i}")
+    elif isinstance(a, (int, float)) and not isinstance(a, bool):
+        yield path, a, b
+
+
 def _cool(exact: bool, **workload) -> dict:
     d = _scenario(exact, **workload)
     d["power"] = COOL
@@ -159,6 +181,15 @@ def test_aggregated_mode_agrees_with_exact_mode(case):
         assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
     for k, v in exact["energy_breakdown_j"].items():
         assert fast["energy_breakdown_j"][k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    # and every other number of the summary (ratios recomputed from the extrapolated totals,
+    # lists extrapolated entry by entry), except what says how the run was made
+    for path, want, got in _numeric_leaves(exact, fast):
+        if path in fast["undefined_keys"]:
+            continue
+        # a spread over devices is the square root of a quadratic in m, not affine: it is
+        # extrapolated within the projected error the aggregation accepts (REL_TOL)
+        rel = REL_TOL if path.endswith(".std") else 1e-9
+        assert got == pytest.approx(want, rel=rel, abs=1e-12), path
     # constant for 1F1B past the warm-up; GPipe keeps every microbatch's activations (affine)
     assert fast["memory_per_device_gb"] == pytest.approx(exact["memory_per_device_gb"],
                                                          rel=1e-12)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from topologies.graph import MissingLinkType, build_topology
 from topologies.placement import (
     PLACEMENTS,
+    boustrophedon,
     device_order,
     dor_link_load,
     grid_cycle,
@@ -386,6 +389,28 @@ def test_dor_link_load_matches_router():
         assert total == counts.sum()
         if all(s > 2 for s in t.dims):  # size-2 wraps double one edge instead of two links
             assert load == counts.max()
+
+
+def test_dor_link_load_by_hand():
+    """Row 0 of a 5x4 torus: (0,0)->(2,0) and (1,0)->(2,0) both cross the link 1->2 (load 2,
+    3 hops); (0,0)->(3,0) goes the shorter way round, 0->4->3 (2 hops, each link once); on the
+    5x4 mesh the same pair goes 0->1->2->3 and shares 1->2 with the first two (load 3)."""
+    a = np.array([[0, 0], [1, 0]])
+    b = np.array([[2, 0], [2, 0]])
+    assert dor_link_load((5, 4), True, a, b) == (2, 3)
+    assert dor_link_load((5, 4), True, np.array([[0, 0]]), np.array([[3, 0]])) == (1, 2)
+    three = (np.array([[0, 0], [1, 0], [0, 0]]), np.array([[2, 0], [2, 0], [3, 0]]))
+    assert dor_link_load((5, 4), False, *three) == (3, 6)
+    assert dor_link_load((5, 4), True, a, a) == (0, 0)
+
+
+@pytest.mark.parametrize("dims", [(4,), (3, 2), (2, 3, 2), (3, 1, 2, 2)])
+def test_boustrophedon_is_a_hamiltonian_path(dims):
+    """Every cell once, consecutive cells one step apart in one dimension."""
+    cells = boustrophedon(dims)
+    assert len(cells) == len(set(cells)) == int(np.prod(dims))
+    for c, d in itertools.pairwise(cells):
+        assert sum(abs(x - y) for x, y in zip(c, d, strict=True)) == 1
 
 
 # ----------------------------------------------------------------------- end to end

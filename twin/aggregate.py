@@ -24,6 +24,9 @@ fractions, shares, average power, link utilization) are recomputed from the extr
 totals; maxima over time (peak power, peak temperature) are kept only when the three reduced
 runs agree, otherwise set to None and listed under ``undefined_keys``; a key whose three values
 are neither equal nor affine within the tolerance is set to None and listed the same way.
+Spreads over devices (the ``std`` of a position class's energies) are square roots of
+quadratics in ``m``: they are extrapolated like totals and kept only within the projected
+error (8e-5 of the value on the interleaved case of ``tests/test_exact.py``).
 ``events`` counts the events actually simulated (the cost of this run), ``wall_time_s`` the
 whole wall time. Only runs without a trace aggregate (a trace holds every simulated op; the
 reduced runs' ops are not the scenario's).
