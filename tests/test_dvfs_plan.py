@@ -70,11 +70,13 @@ def test_greedy_takes_the_most_energy_per_added_second_first():
 
 def test_no_slack_and_no_saving_keep_the_top_clock():
     """Slack 0: every step adds time, none is taken. A state that costs more energy (power
-    falling slower than time grows) is never taken either."""
+    falling slower than time grows) is never taken either. Steps go one state at a time."""
     a = _Block(1.0, [100.0, 60.0, 30.0])
     assert plan_stages(_setup(), {0: [a], 1: [a]}, microbatches=8, slack=0.0).states == [0, 0]
     hot = _Block(1.0, [100.0, 90.0, 80.0])  # 112.5 and 128 J per unit of work
     assert plan_stages(_setup(), {0: [hot]}, microbatches=8, slack=1.0).states == [0]
+    # one P-state at a time: slack 0.3 admits state 1 (1.25 s) but not state 2 (1.6 s)
+    assert plan_stages(_setup(), {0: [a]}, microbatches=1, slack=0.3).states == [1]
 
 
 def test_idle_power_and_a_memory_bound_stage():

@@ -128,6 +128,9 @@ AGG_CASES = {  # the reduced runs simulate at most half the microbatches (twin.a
     "gpipe_pp4_m30": {"schedule": "gpipe", "global_batch": 60},
     "1f1b_pp2_m18_3iter": {"parallelism": {"dp": 4, "tp": 2, "pp": 2}, "global_batch": 72,
                            "iterations": 3},
+    # per-layer all-gathers of every microbatch (their waits in the exposed communication)
+    "1f1b_pp2_m18_full_shard": {"parallelism": {"dp": 4, "tp": 2, "pp": 2}, "global_batch": 72,
+                                "sharding": {"strategy": "full_shard"}},
 }
 
 
@@ -272,6 +275,25 @@ def test_projected_error_of_a_quadratic_is_its_true_error():
         x, err = cmb.extrapolate(f(10, c), f(12, c), f(14, c))
         assert abs(x - f(100, c)) == pytest.approx(abs(c) * 88 * 86, abs=1e-9)
         assert err * max(abs(x), abs(f(14, c))) == pytest.approx(abs(c) * 88 * 86, abs=1e-9)
+
+
+def test_combiner_keeps_equal_peaks_and_names_what_it_cannot_know():
+    """Peaks (maxima over time) are never extrapolated: equal up to rounding in the three
+    reduced runs, the last one is kept; different, None and listed. A key that is None in
+    every run is simply None (not listed), one that bends (10, 12, 12) is None and listed;
+    lists of equal length go entry by entry, an affine entry extrapolated to m = 100 from
+    10, 12, 14."""
+    from twin.aggregate import Plan, _Combiner
+
+    cmb = _Combiner(Plan(100, (10, 12, 14)))
+    assert cmb.value(700.0, 700.0 * (1 + 1e-12), 700.0 * (1 - 1e-12), "peak_power_w") == (
+        700.0 * (1 - 1e-12))
+    assert cmb.value(700.0, 701.0, 700.0, "peak_power_w") is None
+    assert cmb.value(None, None, None, "tp_comm_time_per_device_s") is None
+    assert cmb.value(None, 1.0, 1.0, "x") is None
+    assert cmb.value(10.0, 12.0, 12.0, "bent") is None  # flat after a step: not affine
+    assert cmb.undefined == ["peak_power_w", "x", "bent"]
+    assert cmb.value([1.0, 10.0], [1.0, 12.0], [1.0, 14.0], "v") == [1.0, 100.0]
 
 
 def test_combine_falls_back_when_a_core_key_bends():
