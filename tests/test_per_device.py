@@ -178,3 +178,79 @@ def test_edge_effect_experiment_writes_fronts_and_the_answer(tmp_path):
     assert ans["torus2d/none"]["classes"] == ["all"]
     assert (tmp_path / "edge_effect.png").stat().st_size > 0
     assert len((tmp_path / "edge_effect.csv").read_text().splitlines()) == 1 + 2 * 3 * 4
+
+
+def test_device_times_split_the_makespan_and_match_the_summary(tiny):
+    """Pipeline of 2 stages, 2 iterations, every device its own class: per device the busy
+    time, the three waits and the idle time add up to the makespan (no input waits here), the
+    waits' column is their sum, and their means over devices are the summary's per-device
+    keys; the mean die temperature is the time-weighted mean of the power table's rows of
+    the device's class, below its maximum."""
+    res = run(tiny(["workload.parallelism.dp=4", "workload.parallelism.pp=2",
+                    "workload.iterations=2", "simulation.symmetry=false"]))
+    s = res.summary
+    df = read_table(res.trace_path, "devices").sort_values("device")
+    assert s["data_wait_per_device_s"] == 0.0
+    waits = df["tp_wait_s"] + df["pipeline_wait_s"] + df["dp_wait_s"]
+    np.testing.assert_allclose(df["wait_s"], waits, rtol=1e-12)
+    np.testing.assert_allclose(df["busy_s"] + waits + df["idle_s"], s["makespan_s"], rtol=1e-9)
+    assert (df["pipeline_wait_s"] > 0).any() and (df["idle_s"] >= 0).all()
+    for col, key in (("busy_s", "compute_time_per_device_s"),
+                     ("tp_wait_s", "tp_comm_time_per_device_s"),
+                     ("pipeline_wait_s", "pipeline_wait_per_device_s"),
+                     ("dp_wait_s", "dp_wait_per_device_s"),
+                     ("idle_s", "idle_time_per_device_s")):
+        assert df[col].mean() == pytest.approx(s[key], rel=1e-9, abs=1e-15), col
+    power = read_table(res.trace_path, "power")
+    dur = power["t_end"] - power["t_start"]
+    mean = (power["temp_c"] * dur).groupby(power["cls"]).sum() / dur.groupby(power["cls"]).sum()
+    np.testing.assert_allclose(df["mean_temp_c"], mean.loc[df["cls"]].to_numpy(), rtol=1e-12)
+    assert (df["mean_temp_c"] < df["max_temp_c"]).all()
+
+
+def test_edge_effect_is_per_iteration_and_says_whose_numbers_are_whose(tmp_path):
+    """Two iterations: energies, bytes and times in ``edge_effect`` are the devices table's
+    totals / 2, the peak temperature is not divided; board energy and times are per class,
+    the network's numbers per device (module docstring of twin.per_device)."""
+    res = run(_scenario(tmp_path, "mesh2d", ["workload.iterations=2"]))
+    e = res.summary["edge_effect"]
+    df = read_table(res.trace_path, "devices")
+    pos = df["position"].astype(str).to_numpy()
+    for q in ("energy_j", "board_j", "network_j", "port_j", "router_j", "forwarded_bytes",
+              "busy_s", "wait_s"):
+        assert e["classes"]["interior"][q]["mean"] == pytest.approx(
+            df[q][pos == "interior"].mean() / 2, rel=1e-12), q
+    assert e["classes"]["corner"]["max_temp_c"]["max"] == df["max_temp_c"][pos == "corner"].max()
+    assert e["per_class_columns"] == ["board_j", "busy_s", "wait_s", "max_temp_c"]
+    assert e["per_device_columns"] == ["energy_j", "network_j", "port_j", "router_j",
+                                       "forwarded_bytes"]
+
+
+def test_no_router_model_means_no_router_energy(tiny):
+    """A device without ``router_pj_per_bit``: every router column and key is 0, and the
+    network energy is the links' alone (ports at both ends)."""
+    res = run(tiny(["cluster.device.router_pj_per_bit=null"]))
+    s = res.summary
+    df = read_table(res.trace_path, "devices")
+    assert s["router_energy_j"] == 0.0 and (df["router_j"] == 0).all()
+    assert df["port_j"].sum() == pytest.approx(s["energy_breakdown_j"]["network"], rel=1e-12)
+
+
+def test_devices_table_of_a_3d_torus_has_its_z(tmp_path):
+    """On a 2x2x2 torus the table's x, y, z are the devices' grid coordinates (x fastest)."""
+    raw = scenario_dict(cluster__topology={"kind": "torus3d", "shape": [2, 2, 2]})
+    raw["trace"] = {"path": str(tmp_path / "t3.h5")}
+    res = run(load_scenario(raw, ["workload.parallelism.dp=8"]))
+    df = read_table(res.trace_path, "devices").sort_values("device")
+    d = df["device"].to_numpy()
+    np.testing.assert_array_equal(df["x"], d % 2)
+    np.testing.assert_array_equal(df["y"], (d // 2) % 2)
+    np.testing.assert_array_equal(df["z"], d // 4)
+
+
+def test_a_one_kelvin_gradient_along_x(tiny):
+    """``inlet_gradient_k`` 1 K along x on a 4x2 mesh: inlet air ambient + x / 3 K."""
+    res = run(tiny(["cluster.topology.kind=mesh2d", "power.thermal.inlet_gradient_k=1",
+                    "power.thermal.inlet_gradient_along=x"]))
+    df = read_table(res.trace_path, "devices").sort_values("device")
+    np.testing.assert_allclose(df["inlet_c"], 25.0 + df["x"] / 3.0, rtol=1e-12)

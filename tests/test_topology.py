@@ -413,6 +413,32 @@ def test_boustrophedon_is_a_hamiltonian_path(dims):
         assert sum(abs(x - y) for x, y in zip(c, d, strict=True)) == 1
 
 
+@pytest.mark.parametrize("shard", [None, 1, 2, 4])
+def test_group_ids_by_brute_force(shard):
+    """dp 8 x pp 2 x tp 2 (ranks d, p, t with t fastest), hybrid shard groups of ``shard``
+    ranks: a shard group is ``shard`` consecutive data-parallel ranks of one (p, t), a
+    replica group the ranks of one (p, t) with the same d mod shard. Every kind's ids number
+    its groups 0 .. n - 1, and ``group_ranks`` of an id gives back exactly its ranks."""
+    t = build_topology("torus2d", (8, 4), "nvlink4")
+    lay = Layout(t, 8, 2, 2, shard=shard)
+    g = shard or 8
+    ranks = np.arange(32)
+    d, p, tt = ranks // 4, (ranks // 2) % 2, ranks % 2
+    keys = {"tp": list(zip(d, p, strict=True)), "dp": list(zip(p, tt, strict=True)),
+            "shard": list(zip(p, tt, d // g, strict=True)),
+            "replica": list(zip(p, tt, d % g, strict=True))}
+    for kind, key in keys.items():
+        ids = lay.group_id(kind, ranks)
+        groups = {}
+        for r, k in enumerate(key):
+            groups.setdefault(k, set()).add(r)
+        assert sorted(set(ids.tolist())) == list(range(len(groups))), kind
+        for members in groups.values():  # one id per group, a different one per group
+            assert len({int(ids[r]) for r in members}) == 1, kind
+            gid = int(ids[next(iter(members))])
+            assert set(lay.group_ranks(kind, gid).tolist()) == members, (kind, gid)
+
+
 # ----------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("name, net", [
     ("dragonfly2d", "flow"), ("dragonfly2d", "packet"), ("ring", "flow"), ("torus3d", "flow"),
