@@ -375,3 +375,40 @@ def test_empty_power_section_is_basic(tiny):
     assert res["stage_frequency_mhz"] == [1980.0]
     assert res["avg_compute_frequency_mhz"] == pytest.approx(1980)
     assert res["power_cap_w"] is None and "power_manager" not in res
+
+
+def test_dvfs_and_share_keys_against_the_trace(tiny):
+    """Bubble down-clocking on 4 stages (symmetry on: 2 devices per class): the stall per
+    device is the ``dvfs`` op rows' time weighted by class size over the devices, the
+    transitions are the clock changes between consecutive power-table rows of a class times
+    its size; compute ran at the top clock only, so its time-weighted mean clock is 1980 MHz;
+    the network's share of the active energy is network / (compute + memory + network)."""
+    res = run(tiny([*PP4, "workload.iterations=2", "power.dvfs.bubble_downclock=true"]))
+    s = res.summary
+    size = read_table(res.trace_path, "ranks").groupby("cls").size()
+    assert s["symmetry_used"] and set(size) == {2}
+    ops = read_table(res.trace_path, "ops")
+    dv = ops[ops["kind"] == "dvfs"]
+    stall = ((dv["t_end"] - dv["t_start"]) * size.loc[dv["cls"]].to_numpy()).sum()
+    assert s["dvfs_stall_per_device_s"] == pytest.approx(stall / s["devices"], rel=1e-9)
+    pw = read_table(res.trace_path, "power")
+    changes = sum(int((np.diff(g.sort_values("t_start")["freq_mhz"].to_numpy()) != 0).sum())
+                  * int(size.loc[c]) for c, g in pw.groupby("cls"))
+    assert s["dvfs_transitions"] == changes > 0
+    assert s["avg_compute_frequency_mhz"] == pytest.approx(1980.0, rel=1e-12)
+    b = s["energy_breakdown_j"]
+    assert s["comm_energy_share"] == pytest.approx(
+        b["network"] / (b["compute"] + b["memory"] + b["network"]), rel=1e-12)
+    assert s["energy_per_flop_j"] == pytest.approx(
+        s["energy_j"] / (s["executed_flops_per_iteration"] * s["iterations"]), rel=1e-12, abs=0)
+
+
+def test_energy_curve_by_hand():
+    """Segments 0-1 s at 100 W and 1-3 s at 50 W: 0, 50, 100, 150, 200 J at 0, 0.5, 1, 2,
+    3 s, and 200 J after the last segment ends."""
+    from devices.power_report import energy_curve
+
+    seg = np.array([[0.0, 1.0, 100.0], [1.0, 3.0, 50.0]])
+    np.testing.assert_allclose(energy_curve(seg, [0.0, 0.5, 1.0, 2.0, 3.0, 5.0]),
+                               [0.0, 50.0, 100.0, 150.0, 200.0, 200.0])
+    assert not energy_curve(np.empty((0, 3)), [1.0, 2.0]).any()

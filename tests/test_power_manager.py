@@ -81,6 +81,32 @@ def _windowed_power(path, window, makespan, network_w) -> tuple[np.ndarray, np.n
 
 
 @pytest.mark.parametrize("tau", [0.0, 1.5])
+def test_the_manager_measures_boards_plus_idle_links(runs, tau):
+    """Each sample is the boards' average power over its period (the power table, windowed by
+    plain loops) plus the links' idle power, each direction half of its NVLink links' 0.25 W
+    (catalog ``nvlink4``): on the 4x2 torus, 16 directed x links of 4 links and 8 directed y
+    links of 8 (a ring of 2 wraps onto the same pair: its two edges are one, doubled)."""
+    _scen, res, tel = runs[tau]
+    ends, board = _windowed_power(res.trace_path, 0.3, res.summary["makespan_s"], 0.0)
+    k = len(tel)
+    np.testing.assert_allclose(tel["time_s"], ends[:k], rtol=1e-9)
+    idle = 16 * 0.25 * 4 / 2 + 8 * 0.25 * 8 / 2
+    np.testing.assert_allclose(tel["power_w"], board[:k] + idle, rtol=1e-9)
+
+
+def test_an_unreachable_budget_lets_the_clock_reach_the_top(tiny):
+    """Far under budget, the cap grows until it is clipped at the top P-state (1980 MHz)."""
+    from twin.catalogs import catalog
+
+    res = run(tiny(["workload.iterations=60", "power.manager.budget_w=1e6",
+                    "power.manager.period_s=0.05", "power.manager.gain=0.5"]))
+    tel = read_table(res.trace_path, "telemetry")
+    top = catalog("devices").get("h100-sxm").values["clock_mhz"]
+    assert tel["cap_mhz"].max() == top == 1980.0
+    assert tel["cap_mhz"].iloc[-1] == top
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.5])
 def test_power_alerts_fire_at_85_percent_of_design(runs, tau):
     scen, res, _tel = runs[tau]
     s = res.summary

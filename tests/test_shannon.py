@@ -32,7 +32,10 @@ def test_limits_report_the_shannon_hartley_energy_per_bit(tiny, capsys, nf_db):
     link = catalog("links").get("nvlink4").values
     expect = _closed_form(link, 303.15, nf_db)
     got = lim["link_types"]["nvlink4"]
-    assert got["j_per_bit"] == pytest.approx(expect, rel=1e-12)
+    assert got["j_per_bit"] == pytest.approx(expect, rel=1e-12, abs=0)
+    catalog_j = link["energy_pj_per_bit"] * 1e-12
+    assert got["catalog_j_per_bit"] == pytest.approx(catalog_j, rel=1e-12, abs=0)
+    assert got["orders_of_magnitude"] == pytest.approx(math.log10(catalog_j / expect), rel=1e-12)
     assert "noise" in lim["assumption"] and "lossless" in lim["assumption"]
     # the run's bound: every bit each link carried at that energy, against the links' energy
     from twin.trace import read_table
@@ -54,11 +57,15 @@ def test_wideband_limit_is_kT_ln2():
     from twin.limits import shannon_energy_per_bit
 
     t = 300.0
-    assert shannon_energy_per_bit(1e9, 1e18, t) == pytest.approx(K_B * t * math.log(2), rel=1e-8)
+    # abs=0: pytest.approx would otherwise accept anything within 1e-12 J of 3e-21 J
+    assert shannon_energy_per_bit(1e9, 1e18, t) == pytest.approx(K_B * t * math.log(2),
+                                                                 rel=1e-8, abs=0)
     # at and past the float limits of eta = R / B (a fuzzed 1e308 GBd lane divided by eta = 0)
     for bw in (1e300, math.inf):
         assert shannon_energy_per_bit(1e9, bw, t) == pytest.approx(K_B * t * math.log(2),
-                                                                   rel=1e-12)
+                                                                   rel=1e-12, abs=0)
+    # the default noise figure is 0 dB: N0 = k T; eta = 1 gives E_b = k T (2 - 1) / 1
+    assert shannon_energy_per_bit(1e9, 1e9, t) == pytest.approx(K_B * t, rel=1e-12, abs=0)
 
 
 def test_symbol_rate_is_bounded_and_the_bound_runs(tiny):
@@ -72,7 +79,7 @@ def test_symbol_rate_is_bounded_and_the_bound_runs(tiny):
     assert res.summary["iteration_time_s"] > 0
     link = scen.cluster.link.model_dump()
     got = link_shannon(link, 298.15)["j_per_bit"]
-    assert got == pytest.approx(_closed_form(link, 298.15), rel=1e-9)
+    assert got == pytest.approx(_closed_form(link, 298.15), rel=1e-9, abs=0)
     with pytest.raises(ScenarioError, match="symbol_rate_gbaud"):
         tiny(["cluster.link.symbol_rate_gbaud=1e308"])
 
