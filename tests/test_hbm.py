@@ -350,6 +350,28 @@ def test_contention_slows_the_op_and_is_cached():
     assert res.contention == 2 and res.dma_bandwidth_bytes_per_s > 0
 
 
+def test_unsaturated_streams_get_their_offered_rate():
+    """Two periodic streams (an op and a write DMA stream) at 4 GB/s per stack, far below a
+    stack's 670 GB/s, starting at 0.1 ms: an unsaturated stream's throughput is its offered
+    rate, N bursts over (N - 1) gaps plus one sojourn at the end (bounded here by 10 us, far
+    above an unloaded request's ~0.1 us); device figures are per stack times 2 stacks; the DMA
+    stream's rate inside the op's span is the same. A one-stack device is valid."""
+    spec = load_hbm_spec("hbm3")
+    r, n, stacks = 4e9, 20_000, 2
+    op = StreamSpec(n_requests=n, arrival="periodic", rate_bytes_per_s=r, start_s=1e-4)
+    dma = StreamSpec(n_requests=n, arrival="periodic", rate_bytes_per_s=r, start_s=1e-4,
+                     read_fraction=0.0)
+    res = effective_bandwidth(spec, stacks, op, [dma], np.random.default_rng(3))
+    gaps = (n - 1) * spec.burst_bytes / r
+    hi = stacks * n * spec.burst_bytes / gaps
+    lo = stacks * n * spec.burst_bytes / (gaps + 10e-6)
+    assert lo <= res.op_bandwidth_bytes_per_s <= hi
+    assert lo <= res.dma_bandwidth_bytes_per_s <= hi
+    assert res.dma_window_bytes_per_s[0] == pytest.approx(stacks * r, rel=0.04)
+    one = effective_bandwidth(spec, 1, op, [], np.random.default_rng(3))
+    assert one.op_bandwidth_bytes_per_s == pytest.approx(r, rel=0.04)
+
+
 # ---------------------------------------------------------------- catalog and validation
 
 

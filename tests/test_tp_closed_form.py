@@ -127,6 +127,8 @@ CASES = {  # 2-4 DGX-like nodes; TP 8 fills a node, p2p and DP traffic leave by 
     "tp8_pp2_dp2_tp_overlap": {"overlap": {"tp_comm": True}},
     "tp8_pp4_interleaved": {"dp": 1, "pp": 4, "workload": {"schedule": "interleaved",
                                                            "virtual_stages": 2}},
+    # TP 2 fills a two-GPU node: a pair's collectives are closed forms too
+    "tp2_pp2_dp2_two_gpu_nodes": {"shape": (2, 4), "dp": 2, "tp": 2, "pp": 2},
 }
 
 
