@@ -236,6 +236,18 @@ def test_no_router_model_means_no_router_energy(tiny):
     assert df["port_j"].sum() == pytest.approx(s["energy_breakdown_j"]["network"], rel=1e-12)
 
 
+def test_router_energy_without_a_router_model_is_zero():
+    """The job controller's network energy adds the routers' through ``router_energy_j``:
+    nothing without ``router_pj_per_bit`` (the fabric is not even read)."""
+    from types import SimpleNamespace
+
+    from twin.per_device import router_energy_j
+
+    model = SimpleNamespace(scenario=SimpleNamespace(cluster=SimpleNamespace(
+        device=SimpleNamespace(router_pj_per_bit=None))))
+    assert router_energy_j(model, fabric=None) == 0.0
+
+
 def test_devices_table_of_a_3d_torus_has_its_z(tmp_path):
     """On a 2x2x2 torus the table's x, y, z are the devices' grid coordinates (x fastest)."""
     raw = scenario_dict(cluster__topology={"kind": "torus3d", "shape": [2, 2, 2]})
