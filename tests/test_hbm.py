@@ -176,6 +176,18 @@ def test_fr_fcfs_serves_a_younger_row_hit_before_an_older_conflict():
     assert res.completion_s[2] == pytest.approx(res.completion_s[0] + max(tb, 2 * NS), rel=1e-12)
 
 
+def test_a_hit_served_before_an_older_conflict_in_queue_slot_0():
+    """As above, but request 0 has left the queue before 1 arrives, so the older conflict
+    holds queue slot 0 when the younger hit is unlinked from the bank's list in front of it:
+    the conflict must stay queued and be served after the hit."""
+    spec = tiny(channels=1, tRFC_ns=0.0, tREFI_ns=1e6)
+    req = requests([0.0, 30.0, 30.0], [0, 0, 0], [0, 0, 0], [5, 6, 5])  # 1 before 2 by index
+    res = simulate(spec, req)
+    assert list(res.kind) == [MISS, CONFLICT, HIT]
+    assert res.completion_s[0] < 30 * NS < res.completion_s[2] < res.completion_s[1]
+    assert_same(spec, req)
+
+
 def test_oldest_first_among_ready_hits_and_index_breaks_ties():
     spec = tiny(channels=1, tRFC_ns=0.0, tREFI_ns=1e6)
     # row 1 of banks 0 and 1 opened early; later hits: by age, and equal times by index
