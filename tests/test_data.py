@@ -55,6 +55,21 @@ def test_host_catalog_matches_constants_used_here():
         assert entry.sources and all(s.strip() for s in entry.sources.values())
 
 
+def test_host_spec_bounds():
+    """A host of one GPU and one core, with 1e-6 GB/s (1 kB/s) PCIe and storage, is the
+    smallest valid one; zero GPUs or cores, or less bandwidth, are refused."""
+    from pydantic import ValidationError
+
+    from devices.host import HostSpec
+
+    least = {"gpus": 1, "cpu_cores": 1, "pcie_h2d_gbps": 1e-6, "storage_read_gbps": 1e-6}
+    HostSpec(name="h", **least)
+    for key, bad in (("gpus", 0), ("cpu_cores", 0), ("pcie_h2d_gbps", 0.9e-6),
+                     ("storage_read_gbps", 0.9e-6)):
+        with pytest.raises(ValidationError, match=key):
+            HostSpec(name="h", **{**least, key: bad})
+
+
 def _rank_rate(d: dict) -> float:
     """Microbatches per second one loading rank gets: the slowest stage of the tandem line
     storage -> CPU workers -> PCIe, from the ``data`` section alone (micro_batch 1)."""

@@ -413,6 +413,14 @@ def test_boustrophedon_is_a_hamiltonian_path(dims):
         assert sum(abs(x - y) for x, y in zip(c, d, strict=True)) == 1
 
 
+def test_one_link_per_edge_unless_bundled():
+    """By default an edge of the grid is one physical link; ``links_per_edge`` bundles more."""
+    t = build_topology("mesh2d", (3, 3), "nvlink4")
+    np.testing.assert_array_equal(t.link_degree(), t.degree())
+    four = build_topology("mesh2d", (3, 3), "nvlink4", 4)
+    np.testing.assert_array_equal(four.link_degree(), 4 * t.degree())
+
+
 @pytest.mark.parametrize("shard", [None, 1, 2, 4])
 def test_group_ids_by_brute_force(shard):
     """dp 8 x pp 2 x tp 2 (ranks d, p, t with t fastest), hybrid shard groups of ``shard``
