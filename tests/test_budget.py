@@ -1,0 +1,86 @@
+"""The resource estimate made before a run (twin/budget.py) against what the runs and the
+topologies really are: link counts of the built graphs, the iteration-time lower bound against
+measured runs, the failure rate at which a job can never finish, the limits' own bounds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from tests.conftest import scenario_dict
+from topologies.graph import build_topology
+from twin.budget import KERNELS_PER_MICROBATCH_LAYER, LimitsSpec, check_budget, estimate
+from twin.runner import run
+from twin.scenario import load_scenario
+
+
+@pytest.mark.parametrize(("kind", "shape", "exact"), [
+    ("torus2d", (4, 4), True), ("torus3d", (3, 3, 3), True), ("ring", (8,), True),
+    ("dragonfly2d", (4, 3), True), ("mesh2d", (4, 4), False), ("torus2d", (4, 2), False)])
+def test_link_estimate_against_the_built_graph(kind, shape, exact):
+    """Directed links: exact for tori whose rings have 3 or more members, rings and the
+    dragonfly; an upper bound for meshes (no wrap) and tori with a ring of 2 (one edge)."""
+    d = scenario_dict(cluster__topology={"kind": kind, "shape": list(shape)})
+    n = math.prod(shape)
+    d["workload"].update(parallelism={"dp": n, "tp": 1, "pp": 1}, global_batch=n)
+    if kind == "dragonfly2d":
+        d["cluster"]["global_link"] = "nvlink4"
+    est = estimate(load_scenario(d)).links
+    extra = {"global_link": "nvlink4"} if kind == "dragonfly2d" else {}
+    real = build_topology(kind, shape, "nvlink4", 1, **extra).n_links
+    assert est == real if exact else est > real
+
+
+def test_iteration_bound_of_a_kernel_bound_rank_is_below_the_run():
+    """One device, 16-token microbatches: FLOPs take nothing and nothing is sent, so the
+    bound is the kernels' launch overhead, 30 kernels x 4 microbatches x 16 layers x 4 us
+    (``kernel_overhead_us`` of the H100), and the simulated iteration takes longer."""
+    d = scenario_dict(cluster__topology={"kind": "torus2d", "shape": [1, 1]})
+    d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": 1})
+    d["power"] = {"thermal": {"enabled": False}}
+    d["trace"] = {"enabled": False}
+    scen = load_scenario(d)
+    est = estimate(scen)
+    want = KERNELS_PER_MICROBATCH_LAYER * 4 * 16 * scen.cluster.device.kernel_overhead_us * 1e-6
+    assert est.iteration_s == pytest.approx(want, rel=1e-12) == pytest.approx(7.68e-3)
+    assert est.iteration_s < run(scen).summary["iteration_time_s"]
+    assert est.packets == 0.0 and est.thermal_steps == 0.0 and est.fault_events == 0.0
+
+
+def _link_faults(mean_s: float):
+    d = scenario_dict()
+    d["workload"]["grad_bucket_mb"] = 25
+    d["faults"] = [{"kind": "link_failure", "links": "all",
+                    "ttf": {"dist": "exponential", "mean_s": mean_s}}]
+    d["trace"] = {"enabled": False}
+    d["simulation"] = {"limits": {"max_events": 2**50}}  # only the never-finishing check
+    return d
+
+
+def test_links_failing_faster_than_a_bucket_crosses_never_finish():
+    """A 25 MB bucket crosses one NVLink bundle in latency + overhead + 25e6 B / bandwidth; a
+    link failing 20 times in that is a slow job (e^20 attempts), 40 times one that never
+    finishes (more than 30 expected failures per attempt)."""
+    scen = load_scenario(_link_faults(1.0))
+    link = scen.cluster.link
+    t = ((link.latency_us + link.overhead_us) * 1e-6
+         + 25e6 / (link.bytes_per_s * scen.cluster.links_per_edge))
+    ok = load_scenario(_link_faults(t / 20))
+    assert not [p for p in check_budget(ok) if "never finish" in p.message]
+    from twin.kernel.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="never finish"):
+        load_scenario(_link_faults(t / 40))
+
+
+def test_limits_bounds():
+    """Each limit's smallest and largest allowed values are accepted, one beyond refused."""
+    for key, lo, hi in (("max_devices", 1, 2**40), ("max_events", 1, 2**50),
+                        ("max_power_samples", 1, 2**50)):
+        LimitsSpec(**{key: lo})
+        LimitsSpec(**{key: hi})
+        for bad in (lo - 1, hi + 1):
+            with pytest.raises(ValidationError, match=key):
+                LimitsSpec(**{key: bad})
