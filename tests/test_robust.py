@@ -74,6 +74,35 @@ def test_malformed_yaml_is_refused_with_a_position(tmp_path, capsys, text, words
     assert code == 2 and words in err
 
 
+def test_reading_bounds_are_exactly_the_documented_ones(tmp_path):
+    """README: at most 4 MiB, nested at most 64 levels, at most 200,000 values with aliases
+    expanded, integers of at most 40 digits; each bound is admitted, one more is refused."""
+    from twin.kernel.errors import ScenarioError
+    from twin.kernel.reading import load_yaml_text, read_input
+
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"#" * (4 << 20))
+    assert len(read_input(path)) == 4 * 1024 * 1024
+    path.write_bytes(b"#" * ((4 << 20) + 1))
+    with pytest.raises(ScenarioError, match="too large: 4194305 bytes") as exc:
+        read_input(path)
+    assert exc.value.problems[0].allowed == "at most 4194304 bytes"
+
+    def refused(text: str, words: str) -> None:
+        with pytest.raises(ScenarioError, match=words):
+            load_yaml_text(text)
+
+    load_yaml_text("[" * 64 + "]" * 64)  # 64 nested lists
+    refused("[" * 65 + "]" * 65, "nesting deeper than 64")
+    # a list of 1000 zeros (1001 nodes) under an anchor, 198 aliases of it and r scalars:
+    # 1 + 199 x 1001 + r values
+    base = "[&a [" + ",".join(["0"] * 1000) + "]," + ",".join(["*a"] * 198)
+    assert len(load_yaml_text(base + "," + ",".join(["0"] * 800) + "]")) == 199 + 800
+    refused(base + "," + ",".join(["0"] * 801) + "]", "more than 200000 values")
+    assert load_yaml_text("9" * 40) == int("9" * 40)
+    refused("9" * 41, "at most 40")
+
+
 def test_non_utf8_and_binary_files(tmp_path, capsys):
     code, _, err = _cli(capsys, "check", _write(tmp_path, text=b"name: caf\xe9\n"))
     assert code == 2 and "not UTF-8" in err and "line 1" in err
