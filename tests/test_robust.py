@@ -101,6 +101,12 @@ def test_reading_bounds_are_exactly_the_documented_ones(tmp_path):
     refused(base + "," + ",".join(["0"] * 801) + "]", "more than 200000 values")
     assert load_yaml_text("9" * 40) == int("9" * 40)
     refused("9" * 41, "at most 40")
+    # depth through aliases: a_i = [0, *a_(i-1)] nests one level per key, two levels deep
+    # as written; 60 keys expand to 61 levels under the root, 70 to more than 64
+    chain = "a0: &a0 [0]\n" + "".join(f"a{i}: &a{i} [0, *a{i - 1}]\n" for i in range(1, 70))
+    load_yaml_text("\n".join(chain.splitlines()[:60]))
+    refused(chain, "nesting deeper than 64 levels \\(aliases expanded\\)")
+    refused("name: x\nseed: \x07\n", "at line 2: character #x0007")
 
 
 def test_non_utf8_and_binary_files(tmp_path, capsys):
