@@ -101,12 +101,38 @@ def test_reading_bounds_are_exactly_the_documented_ones(tmp_path):
     refused(base + "," + ",".join(["0"] * 801) + "]", "more than 200000 values")
     assert load_yaml_text("9" * 40) == int("9" * 40)
     refused("9" * 41, "at most 40")
-    # depth through aliases: a_i = [0, *a_(i-1)] nests one level per key, two levels deep
-    # as written; 60 keys expand to 61 levels under the root, 70 to more than 64
-    chain = "a0: &a0 [0]\n" + "".join(f"a{i}: &a{i} [0, *a{i - 1}]\n" for i in range(1, 70))
-    load_yaml_text("\n".join(chain.splitlines()[:60]))
+    # depth through aliases: a_i = [0, *a_(i-1)] is i + 2 levels deep expanded (a list over a
+    # scalar, one list more per key), two as written; under the root mapping, keys a0 .. a61
+    # make 64 levels, one key more 65
+    chain = "a0: &a0 [0]\n" + "".join(f"a{i}: &a{i} [0, *a{i - 1}]\n" for i in range(1, 63))
+    load_yaml_text("\n".join(chain.splitlines()[:62]))
     refused(chain, "nesting deeper than 64 levels \\(aliases expanded\\)")
     refused("name: x\nseed: \x07\n", "at line 2: character #x0007")
+
+
+@pytest.mark.parametrize(("faults", "path", "message", "value", "allowed"), [
+    # a key of a fault that is also the name of a fault kind is still the user's key
+    ([{"kind": "link_failure", "link": [0, 1], "time_s": 0.1, "duration_s": 0.2,
+       "straggler": 1}], "faults.0.straggler", "unknown key", None, None),
+    ([5], "faults.0", "wrong type: must be a mapping (key: value)", 5,
+     "a mapping (key: value)"),
+    ([{"kind": "straggler", "device": 0, "factor": "x", "time_s": 0}], "faults.0.factor",
+     "wrong type: must be a number", "x", "a number"),
+    ([{"kind": "link_failure", "links": "all", "ttf": {"dist": "exponential", "mean_s": "x"}}],
+     "faults.0.ttf.mean_s", "wrong type: must be a number", "x", "a number"),
+])
+def test_errors_inside_unions_name_the_users_path(faults, path, message, value, allowed):
+    """Faults and failure distributions are unions selected by ``kind`` / ``dist``: an error
+    inside one is reported once, at the user's path (the union's tags left out), with the
+    value given and what is allowed."""
+    from twin.kernel.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(_doc(faults=faults))
+    (p,) = [p for p in exc.value.problems if p.path.startswith("faults")]
+    assert (p.path, p.message, p.value) == (path, message, value)
+    assert (p.allowed or None) == allowed
 
 
 def test_non_utf8_and_binary_files(tmp_path, capsys):
