@@ -84,3 +84,51 @@ def test_limits_bounds():
         for bad in (lo - 1, hi + 1):
             with pytest.raises(ValidationError, match=key):
                 LimitsSpec(**{key: bad})
+
+
+def test_the_failure_named_is_the_one_that_stops_the_job_most():
+    """Two link-failure processes, every 0.5 s and every 1 ns: the job never finishes, and the
+    problem names the second (more failures per bucket transfer), not the first."""
+    from twin.kernel.errors import ScenarioError
+
+    d = _link_faults(0.5)
+    d["faults"].append({"kind": "link_failure", "links": "all",
+                        "ttf": {"dist": "exponential", "mean_s": 1e-9}})
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(d)
+    (p,) = [p for p in exc.value.problems if "never finish" in p.message]
+    assert p.path == "faults.1.ttf" and "every 1e-09 s" in p.message
+
+
+def test_memory_estimate_counts_the_events_of_an_iteration():
+    """Symmetry off, 1000 microbatches of 16 ranks x 16 layers: about 30 x 16 x 1000 x 16 =
+    7.7e6 events of one iteration held at 200 B each, 1.5 GB beside the 0.4 GB base: a 1 GB
+    memory limit refuses the run; the same run with 10 microbatches fits."""
+    from twin.kernel.errors import ScenarioError
+
+    def scen(microbatches: int) -> dict:
+        d = scenario_dict(cluster__topology={"kind": "torus2d", "shape": [4, 4]})
+        d["workload"].update(parallelism={"dp": 16, "tp": 1, "pp": 1},
+                             global_batch=16 * microbatches)
+        d["simulation"] = {"symmetry": False,
+                           "limits": {"max_memory_gb": 1.0, "max_events": 2**40}}
+        d["trace"] = {"enabled": False}
+        return d
+
+    with pytest.raises(ScenarioError, match="max_memory_gb"):
+        load_scenario(scen(1000))
+    load_scenario(scen(10))
+
+
+def test_event_message_names_idle_segments_only_when_they_count():
+    """Too many events from microbatches alone: the message counts ranks x microbatches x
+    iterations and says nothing of the thermal model's idle segments (a few per device)."""
+    from twin.kernel.errors import ScenarioError
+
+    d = scenario_dict()
+    d["workload"]["global_batch"] = 8 * 10**6
+    d["trace"] = {"enabled": False}
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(d)
+    (p,) = [p for p in exc.value.problems if p.path == "simulation.limits.max_events"]
+    assert "simulated ranks x" in p.message and "idle segments" not in p.message

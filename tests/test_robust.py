@@ -135,6 +135,36 @@ def test_errors_inside_unions_name_the_users_path(faults, path, message, value, 
     assert (p.allowed or None) == allowed
 
 
+def test_a_key_named_like_a_type_is_still_the_users_key():
+    """Pydantic names union members ``int``, ``float``, ... in its error locations, and those
+    are left out of paths; an unknown key the user called ``float`` is kept (with the keys
+    that are allowed there)."""
+    from twin.kernel.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(_doc(simulation={"float": 1}))
+    (p,) = exc.value.problems
+    assert (p.path, p.message) == ("simulation.float", "unknown key")
+    assert "compute_jitter_cov" in p.allowed
+
+
+def test_strict_models_refuse_non_finite_numbers_in_plain_float_fields():
+    """``StrictModel`` refuses NaN and infinity in every float field, also one declared as a
+    plain ``float`` without its own bound."""
+    from pydantic import ValidationError
+
+    from twin.kernel.schema import StrictModel
+
+    class Plain(StrictModel):
+        x: float = 0.0
+
+    Plain(x=1.5)
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValidationError, match="finite"):
+            Plain(x=bad)
+
+
 def test_non_utf8_and_binary_files(tmp_path, capsys):
     code, _, err = _cli(capsys, "check", _write(tmp_path, text=b"name: caf\xe9\n"))
     assert code == 2 and "not UTF-8" in err and "line 1" in err
