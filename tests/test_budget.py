@@ -132,3 +132,22 @@ def test_event_message_names_idle_segments_only_when_they_count():
         load_scenario(d)
     (p,) = [p for p in exc.value.problems if p.path == "simulation.limits.max_events"]
     assert "simulated ranks x" in p.message and "idle segments" not in p.message
+
+
+def test_memory_estimate_counts_the_power_window_samples():
+    """4e7 power-window samples (under the 5e7 sample limit) at 64 B each are 2.6 GB: a 2 GB
+    memory limit refuses the run; 4e5 samples fit (a long run, so that the windows stay
+    above their 1 us floor)."""
+    from twin.kernel.errors import ScenarioError
+
+    d = scenario_dict()
+    d["trace"] = {"enabled": False}
+    d["workload"]["iterations"] = 2000
+    sim_s = estimate(load_scenario(d)).sim_time_s
+    assert sim_s / 4e7 >= 1e-6
+    d["simulation"] = {"limits": {"max_memory_gb": 2.0}}
+    d["power"] = {"alerts": {"window_s": sim_s / 4e7}}
+    with pytest.raises(ScenarioError, match="max_memory_gb"):
+        load_scenario(d)
+    d["power"] = {"alerts": {"window_s": sim_s / 4e5}}
+    load_scenario(d)

@@ -135,6 +135,23 @@ def test_errors_inside_unions_name_the_users_path(faults, path, message, value, 
     assert (p.allowed or None) == allowed
 
 
+@pytest.mark.parametrize(("value", "allowed"), [
+    (5, "a list or one of auto"),
+    ([1, "x"], "a number at 1 or one of auto"),  # where in the list, for the list form
+])
+def test_a_union_of_a_list_and_a_word_reports_both_forms(value, allowed):
+    """``power.dvfs.stage_frequency_mhz`` is a list of clocks or ``auto``: a value neither
+    can take is reported once, with the value as given and what each form allows."""
+    from twin.kernel.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(_doc(power={"dvfs": {"stage_frequency_mhz": value}}))
+    (p,) = exc.value.problems
+    assert p.path == "power.dvfs.stage_frequency_mhz" and p.value == value
+    assert p.allowed == allowed
+
+
 def test_a_key_named_like_a_type_is_still_the_users_key():
     """Pydantic names union members ``int``, ``float``, ... in its error locations, and those
     are left out of paths; an unknown key the user called ``float`` is kept (with the keys
