@@ -237,3 +237,45 @@ def test_summary_fractions_and_memory_are_its_own_parts(tiny):
     assert s["memory_per_device_gb"] == pytest.approx(
         {f"stage{m.stage}": m.total / 1e9 for m in mem}, rel=1e-12)
     assert min(s["memory_per_device_gb"].values()) > 0.01
+
+
+def test_headline_rates_restate_the_totals(tiny):
+    """Average power is the energy over the makespan; TFLOP/s per device is the model FLOPs
+    of an iteration over its time and the devices, which is MFU times the H100's bf16 peak
+    (989 TFLOP/s, catalog); shortcuts that were not taken are not listed and count 0."""
+    from twin.catalogs import catalog
+
+    s = run(tiny(["workload.parallelism.dp=4", "workload.parallelism.pp=2",
+                  "workload.global_batch=16"])).summary
+    assert s["avg_power_w"] * s["makespan_s"] == pytest.approx(s["energy_j"], rel=1e-12)
+    assert s["tflops_per_device"] * 1e12 * s["iteration_time_s"] * s["devices"] == (
+        pytest.approx(s["model_flops_per_iteration"], rel=1e-12))
+    peak = catalog("devices").get("h100-sxm").values["peak_tflops"]["bf16"]
+    assert s["tflops_per_device"] == pytest.approx(s["mfu"] * peak, rel=1e-12)
+    for key in ("tp_optimistic", "tp_fluid"):
+        assert key not in s["shortcuts_used"]
+        assert s[f"{key}_collectives"] == 0
+    assert s["tp_optimistic_rewinds"] == s["tp_fluid_handoffs"] == 0
+
+
+def test_device_times_add_up_with_input_waits():
+    """A data path slower than the compute (``scenarios/data_starved.yaml``): the compute
+    stream's input waits are one of the per-device times that add up to the makespan."""
+    from twin.scenario import load_scenario
+
+    s = run(load_scenario(ROOT / "scenarios" / "data_starved.yaml",
+                          ["trace.enabled=false"])).summary
+    assert s["data_wait_per_device_s"] > 0
+    assert sum(s[k] for k in DEVICE_TIME_KEYS) == pytest.approx(s["makespan_s"], rel=1e-9)
+
+
+def test_latency_bound_warnings_say_so():
+    """``memory.bound: auto`` with Pareto 1.8 service: the latency-bound kernels' queue
+    adds its own warnings to ``memory_warnings``, each marked as theirs."""
+    from twin.scenario import load_scenario
+
+    s = run(load_scenario(ROOT / "scenarios" / "hbm_queue_pareto.yaml",
+                          ["memory.bound=auto", "trace.enabled=false"])).summary
+    lat = [w for w in s["memory_warnings"] if w.startswith("latency-bound kernels: ")]
+    assert lat and len(lat) < len(s["memory_warnings"])
+    assert any("infinite service variance" in w for w in lat)
