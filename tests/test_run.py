@@ -258,15 +258,21 @@ def test_headline_rates_restate_the_totals(tiny):
     assert s["tp_optimistic_rewinds"] == s["tp_fluid_handoffs"] == 0
 
 
-def test_device_times_add_up_with_input_waits():
-    """A data path slower than the compute (``scenarios/data_starved.yaml``): the compute
-    stream's input waits are one of the per-device times that add up to the makespan."""
+@pytest.mark.parametrize("sharding", ["none", "full_shard"])
+def test_device_times_add_up_with_input_waits(sharding):
+    """A data path slower than the compute (``scenarios/data_starved.yaml``), with and without
+    FULL_SHARD: the compute stream's input waits are one of the per-device times that add up
+    to the makespan (with the all-gather waits when sharded)."""
     from twin.scenario import load_scenario
 
     s = run(load_scenario(ROOT / "scenarios" / "data_starved.yaml",
-                          ["trace.enabled=false"])).summary
+                          ["trace.enabled=false",
+                           f"workload.sharding.strategy={sharding}"])).summary
     assert s["data_wait_per_device_s"] > 0
-    assert sum(s[k] for k in DEVICE_TIME_KEYS) == pytest.approx(s["makespan_s"], rel=1e-9)
+    shard = (s.get("sharding") or {}).get("allgather_wait_per_device_s") or 0.0
+    assert (shard > 0) == (sharding != "none")
+    assert sum(s[k] for k in DEVICE_TIME_KEYS) + shard == pytest.approx(s["makespan_s"],
+                                                                         rel=1e-9)
 
 
 def test_latency_bound_warnings_say_so():
@@ -279,3 +285,26 @@ def test_latency_bound_warnings_say_so():
     lat = [w for w in s["memory_warnings"] if w.startswith("latency-bound kernels: ")]
     assert lat and len(lat) < len(s["memory_warnings"])
     assert any("infinite service variance" in w for w in lat)
+
+
+def test_lockstep_rings_are_listed_as_a_shortcut_only_under_the_step_model():
+    """TP 4 x PP 4 on a 4x4 mesh without symmetry (pipeline sends cross the TP rings, so the
+    rings go to the flow engine): under ``network.ring_model: step`` the fast mode runs each
+    TP ring as one lock-step flow and says so; with ``simulation.lockstep_rings: false`` it
+    does not; under the default lock-step ring model that is the model, not a shortcut."""
+    from twin.scenario import load_scenario
+
+    base = {"name": "grid", "seed": 3,
+            "cluster": {"topology": {"kind": "mesh2d", "shape": [4, 4]}, "device": "h100-sxm",
+                        "link": "nvlink4", "links_per_edge": 4},
+            "workload": {"model": "llama3.2-1b", "precision": "bf16", "seq_len": 1024,
+                         "global_batch": 8, "micro_batch": 1,
+                         "parallelism": {"dp": 1, "tp": 4, "pp": 4}, "iterations": 1},
+            "trace": {"enabled": False}}
+    step = ["network.ring_model=step", "simulation.symmetry=false"]
+    s = run(load_scenario(base, step)).summary
+    assert "lockstep_rings" in s["shortcuts_used"] and s["lockstep_ring_transfers"] > 0
+    s = run(load_scenario(base, [*step, "simulation.lockstep_rings=false"])).summary
+    assert "lockstep_rings" not in s["shortcuts_used"] and s["lockstep_ring_transfers"] == 0
+    s = run(load_scenario(base, ["simulation.symmetry=false"])).summary
+    assert "lockstep_rings" not in s["shortcuts_used"] and s["lockstep_ring_transfers"] > 0
