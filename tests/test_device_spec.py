@@ -1,0 +1,80 @@
+"""Device and link specs (devices/spec.py): units, defaults and bounds, against values worked
+out here from the catalog entries' own numbers."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from devices.accelerator import ComputeModel
+from devices.spec import DeviceSpec, LinkSpec
+from twin.catalogs import catalog
+from workloads.transformer import Block, Kernel
+
+
+def _h100(**changes) -> DeviceSpec:
+    return DeviceSpec.model_validate({**catalog("devices").get("h100-sxm").values, **changes})
+
+
+def _nvlink(**changes) -> LinkSpec:
+    return LinkSpec.model_validate({**catalog("links").get("nvlink4").values, **changes})
+
+
+def test_units_of_capacities_and_rates():
+    """80 GB of HBM are 80e9 bytes; an NVLink 4 link of 25 GB/s at 81.7% moves 20.425e9 B/s."""
+    assert _h100().hbm_bytes == 80e9
+    link = _nvlink()
+    assert (link.bandwidth_gbps, link.efficiency) == (25, 0.817)
+    assert link.bytes_per_s == pytest.approx(25e9 * 0.817, rel=1e-12)
+
+
+def test_gemm_k_half_defaults_to_no_k_dependence():
+    """Without ``gemm_k_half`` a GEMM of depth 16 runs at the rate of any other depth: the
+    rate of a compute-bound GEMM (no launch overhead, no tiles) is the same at k = 16 and
+    k = 4096 per FLOP."""
+    values = {**catalog("devices").get("h100-sxm").values, "kernel_overhead_us": 0.0,
+              "compute_units": None}
+    dev = DeviceSpec.model_validate({k: v for k, v in values.items() if k != "gemm_k_half"})
+    assert dev.gemm_k_half == 0.0
+    cm = ComputeModel(dev, "bf16", dev.hbm_pj_per_bit)
+
+    def rate(k: int) -> float:
+        m = n = 8192
+        kern = Kernel("g", 2.0 * m * n * k, 1.0, True, (1.0, m, n), depth=k)
+        return 2.0 * m * n * k / cm.kernel_times(Block("g", (kern,)))[0]
+
+    assert rate(16) == pytest.approx(rate(4096), rel=1e-12)
+
+
+def test_vector_rate_sources():
+    """Element-wise math runs on the vector units: their fp32 peak, else their largest
+    entry, else the fp32 entry of the tensor peaks; a device with neither is refused."""
+    assert _h100(vector_tflops={"fp32": 60.0}).vector_flops() == 60e12
+    assert _h100(vector_tflops={"bf16": 100.0, "fp16": 50.0}).vector_flops() == 100e12
+    dev = _h100(vector_tflops=None)
+    assert dev.vector_flops() == dev.peak_tflops["fp32"] * 1e12
+    peaks = {k: v for k, v in dev.peak_tflops.items() if k != "fp32"}
+    with pytest.raises(ValidationError, match="vector_tflops is required"):
+        _h100(vector_tflops=None, peak_tflops=peaks)
+
+
+def test_tiles_need_both_the_tile_and_the_units():
+    """Wave quantization needs the output tile and the number of compute units: without
+    either there are no tile candidates."""
+    dev = _h100()
+    assert dev.tile_candidates()[0] == tuple(dev.gemm_tile)
+    assert _h100(compute_units=None).tile_candidates() == ()
+    assert _h100(gemm_tile=None, gemm_tiles=None).tile_candidates() == ()
+
+
+def test_spec_bounds():
+    """One HBM stack is a device; a board of 1e5 W is the largest allowed; a link's idle
+    power up to 1e6 W; a link without ``device_w`` adds no device power."""
+    assert _h100(hbm_stacks=1).hbm_stacks == 1
+    assert _h100(tdp_w=1e5).tdp_w == 1e5
+    with pytest.raises(ValidationError, match="tdp_w"):
+        _h100(tdp_w=1.0001e5)
+    assert _nvlink(idle_w=1e6).idle_w == 1e6
+    with pytest.raises(ValidationError, match="idle_w"):
+        _nvlink(idle_w=1.0001e6)
+    assert _nvlink().device_w == 0.0
