@@ -41,7 +41,6 @@ def stream_mix(name: str = "training") -> dict[str, float]:
 
 
 _MIX = stream_mix()
-_DIAGNOSTIC_REQUESTS = 1 << 18
 
 
 def as_mix(k: int | Mix) -> Mix:

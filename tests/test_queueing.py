@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -499,6 +500,18 @@ def test_bad_parameters_raise_scenario_error_naming_them(build, path, words):
     text = str(problems[path])
     assert words in text, text
     assert problems[path].allowed
+
+
+def test_non_finite_parameters_are_refused():
+    """NaN and infinite rates and means are refused, naming the parameter (an infinite mean
+    service time is no distribution; an infinite rate no process)."""
+    for make, path in ((lambda: q.PoissonArrivals(math.nan), "poisson.rate"),
+                       (lambda: q.PoissonArrivals(math.inf), "poisson.rate"),
+                       (lambda: q.DeterministicArrivals(-math.inf), "deterministic.rate"),
+                       (lambda: q.service_distribution("exponential", mean=math.inf),
+                        "exponential.mean")):
+        with pytest.raises(ScenarioError, match=rf"{re.escape(path)}: must be finite"):
+            make()
 
 
 def test_sample_requires_a_generator():
