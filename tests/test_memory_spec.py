@@ -57,3 +57,18 @@ def test_every_device_draws_its_own_slowdowns_by_default():
     assert run(load_scenario(d)).summary["symmetry_used"] is False
     d["memory"]["per_device_draws"] = False
     assert run(load_scenario(d)).summary["symmetry_used"] is True
+
+
+def test_transfers_pay_for_hbm_contention_by_default():
+    """``memory.transfer_cap`` defaults to true: under FR-FCFS the devices' HBM ports cap the
+    data-parallel buckets that run beside the backward pass (some seconds capped, the
+    iteration longer); with ``false`` no port is ever capped."""
+    assert MemorySpec().transfer_cap is True
+    d = scenario_dict()
+    d["memory"] = {"model": "frfcfs", "per_device_draws": False}
+    d["trace"] = {"enabled": False}
+    capped = run(load_scenario(d)).summary
+    d["memory"]["transfer_cap"] = False
+    free = run(load_scenario(d)).summary
+    assert capped["hbm_port_capped_s"] > 0 and free["hbm_port_capped_s"] == 0
+    assert capped["iteration_time_s"] > free["iteration_time_s"]
