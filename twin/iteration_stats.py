@@ -14,8 +14,8 @@ the kernel's output statistics (``twin.kernel.queueing.statistics``):
   (:func:`running_mean_check`: the halves agree within ``z <= 3`` and the batch-means relative
   standard error is <= 5%; a deterministic run has no sampling noise, so there only a drift of
   more than 5% between the halves counts: heating, a controller) and, for a random run from
-  ``MIN_HILL`` iterations on, the Hill estimate of the excess over the median must not put the
-  tail index at or below 2;
+  ``MIN_HILL`` iterations on with more than ``HILL_MIN_K`` of them above the median, the Hill
+  estimate of the excess over the median must not put the tail index at or below 2;
 * a random run (``random``) with fewer iterations cannot be judged and is not converged; a
   deterministic one needs no statistics: its mean is exact for the iterations simulated.
 """
