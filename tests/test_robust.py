@@ -111,7 +111,7 @@ def test_reading_bounds_are_exactly_the_documented_ones(tmp_path):
 
 
 @pytest.mark.parametrize(("faults", "path", "message", "value", "allowed"), [
-    # a key of a fault that is also the name of a fault kind is still the user's key
+    # an unknown key of a fault, named like another fault kind
     ([{"kind": "link_failure", "link": [0, 1], "time_s": 0.1, "duration_s": 0.2,
        "straggler": 1}], "faults.0.straggler", "unknown key", None, None),
     ([5], "faults.0", "wrong type: must be a mapping (key: value)", 5,
