@@ -73,3 +73,77 @@ def test_mpt_runs_fsdp_collectives_beside_compute_on_sms():
     units = catalog("devices").get("a100-sxm-80gb").values["compute_units"]
     ctas = sm_shares().collective_ctas
     assert t_off < t_on <= t_off * units / (units - ctas)
+
+
+# Korthikanti et al. 2022 Table 5, written out here: (model, GPUs, tp, pp, interleaving,
+# global batch, micro batch, published s per iteration)
+TABLE5 = [("gpt-22b", 8, 8, 1, 1, 4, 4, 1.10), ("gpt3-175b", 64, 8, 8, 3, 64, 1, 13.75),
+          ("gpt-530b", 280, 8, 35, 3, 280, 1, 37.83), ("gpt-1t", 512, 8, 64, 1, 512, 1, 71.49)]
+
+
+def test_korthikanti_rows_become_table_5_scenarios():
+    """Every row as the paper ran it: fp16, 2048 tokens, selective recompute, sequence
+    parallelism, unfused attention, dp = GPUs / (tp pp), interleaved where v > 1, DGX nodes of
+    8 GPUs with the HDR200 NICs between nodes; the rows above 64 GPUs only when asked."""
+    from twin.published import cases
+
+    small = list(cases("korthikanti"))
+    large = list(cases("korthikanti", large=True))
+    assert [c[1] for c in small] == [1.10, 13.75] and [c[1] for c in large] == [37.83, 71.49]
+    for (model, gpus, tp, pp, v, gb, mb, ref), (label, t, scen, _src) in zip(
+            TABLE5, small + large, strict=True):
+        w, cl = scen.workload, scen.cluster
+        assert label == f"korthikanti {model} {gpus} A100 tp{tp} pp{pp} v{v}" and t == ref
+        assert (w.precision, w.seq, w.recompute, w.sequence_parallel, w.attention) == (
+            "fp16", 2048, "selective", True, "standard")
+        par = w.parallelism
+        assert (par.dp, par.tp, par.pp) == (gpus // (tp * pp), tp, pp)
+        assert (w.global_batch, w.micro_batch, w.virtual_stages) == (gb, mb, v)
+        assert w.schedule == ("interleaved" if v > 1 else "1f1b")
+        assert tuple(cl.topology.shape) == (8, gpus // 8) and cl.device.name == "a100-sxm-80gb"
+        assert (cl.nic_link is not None) == (gpus > 8)
+
+
+def test_a_run_smaller_than_a_node_is_one_node():
+    """Four GPUs of an 8-GPU node: one node of four, no NIC."""
+    from twin.published import korthikanti_scenario
+
+    scen = korthikanti_scenario("llama3.2-1b", 4, 4, 1, 1, 4, 4)
+    assert tuple(scen.cluster.topology.shape) == (4, 1) and scen.cluster.nic_link is None
+    # two virtual stages are interleaved too (Table 5 has 1 and 3)
+    two = korthikanti_scenario("llama3.2-1b", 4, 2, 2, 2, 8, 1)
+    assert (two.workload.schedule, two.workload.virtual_stages) == ("interleaved", 2)
+
+
+def test_external_korthikanti_rows(tmp_path, monkeypatch):
+    """The calibration folder's Table 5 rows in its own format: model names mapped to the
+    catalog's, a row of a model the catalog lacks left out, the common micro batch where a row
+    gives none."""
+    (tmp_path / "calibration.yaml").write_text(
+        "training_a100_selective_recompute_seqpar:\n  common: {micro_batch: 1}\n  rows:\n"
+        "    - {model: 22B, gpus: 8, tp: 8, pp: 1, interleave: 1, global_batch: 4,"
+        " micro_batch: 4, iteration_time_s: 1.1}\n"
+        "    - {model: 13B, gpus: 8, tp: 8, pp: 1, interleave: 1, global_batch: 4,"
+        " iteration_time_s: 0.7}\n"
+        "    - {model: 175B, gpus: 64, tp: 8, pp: 8, interleave: 3, global_batch: 64,"
+        " iteration_time_s: 13.75}\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    assert published_data()["korthikanti"]["rows"] == [
+        ["gpt-22b", 8, 8, 1, 1, 4, 4, 1.1], ["gpt3-175b", 64, 8, 8, 3, 64, 1, 13.75]]
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_breakdown_waits_are_the_summary_waits_per_iteration(iterations):
+    """The MPT 125M row (FULL_SHARD): exposed TP, data-parallel (with the all-gather waits)
+    and pipeline waits are the summary's per-device waits over the iterations."""
+    d = published_data()["mpt"]
+    scen = mpt_scenario("125m", 2048, 8, 40, 640, False, d["models"]["125m"], d["vocab"])
+    s, b = simulate_summary(scen.replace([f"workload.iterations={iterations}"]))
+    n = s["iterations"]
+    assert n == iterations and s["sharding"]["allgather_wait_per_device_s"] > 0
+    assert b["exposed_tp"] == pytest.approx(s["tp_comm_time_per_device_s"] / n, rel=1e-12)
+    assert b["exposed_dp"] == pytest.approx(
+        (s["dp_wait_per_device_s"] + s["sharding"]["allgather_wait_per_device_s"]) / n,
+        rel=1e-12)
+    assert b["pipeline_wait"] == pytest.approx(s["pipeline_wait_per_device_s"] / n, rel=1e-12,
+                                               abs=0)
