@@ -424,6 +424,15 @@ def test_bad_spec_values_name_the_field(field, value):
         spec_from_entry(entry)
 
 
+def test_refresh_interval_must_leave_room_for_one_request():
+    """The tiny stack: tRP 3 + tRRD 1 + tFAW 6 + tRCD 3 + tCCD_L 2 + 2 tCL 6 + tCWL 2 + tWTR 2
+    + rd_to_wr_gap 1 + one burst (32 B on 32 bits at 8 Gb/s: 1 ns) = 27 ns of room; with tRFC
+    10 ns, tREFI 37 ns is refused and 37.01 ns accepted."""
+    with pytest.raises(ValidationError, match="27 ns"):
+        tiny(tREFI_ns=37.0)
+    assert tiny(tREFI_ns=37.01).tREFI_ns == 37.01
+
+
 def test_inconsistent_spec_and_inputs_are_rejected():
     with pytest.raises(ValidationError, match="tRFC_ns"):
         tiny(tRFC_ns=70.0)
