@@ -27,6 +27,8 @@ def test_a_model_of_ones_is_valid_and_zero_is_not(field):
 
 @pytest.mark.parametrize("field", ["dp", "tp", "pp"])
 def test_parallel_degrees_start_at_one(field):
+    """A degree left out is 1; 1 is the least."""
+    assert getattr(ParallelismSpec(), field) == 1
     assert getattr(ParallelismSpec(**{field: 1}), field) == 1
     with pytest.raises(ValidationError, match=field):
         ParallelismSpec(**{field: 0})
@@ -43,6 +45,10 @@ def test_workload_defaults_and_least_values():
     d = scenario_dict()
     del d["workload"]["micro_batch"]
     assert load_scenario(d).workload.micro_batch == 1
+    one = scenario_dict(cluster__topology={"kind": "torus2d", "shape": [1, 1]})
+    one["workload"].update(parallelism={"dp": 1}, seq_len=1, global_batch=1, micro_batch=1)
+    w = load_scenario(one).workload
+    assert (w.seq, w.global_batch, w.micro_batch) == (1, 1, 1)
     for key in ("seq_len", "global_batch", "micro_batch", "iterations"):
         d = scenario_dict()
         d["workload"][key] = 0
@@ -58,6 +64,9 @@ def test_hbm_timings_may_be_zero_and_specs_are_frozen():
     zero = HbmSpec(**{**base, **dict.fromkeys(timings, 0.0)})
     assert all(getattr(zero, k) == 0.0 for k in timings)
     assert HbmSpec(**{**base, "stack_ids": 1}).stack_ids == 1
+    assert HbmSpec(**{**base, "bank_groups": 1}).bank_groups == 1
+    with pytest.raises(ValidationError, match="bank_groups"):
+        HbmSpec(**{**base, "bank_groups": 0})
     with pytest.raises(ValidationError, match="data_rate_gbps"):
         HbmSpec(**{**base, "data_rate_gbps": 0.0})
     with pytest.raises(ValidationError):
