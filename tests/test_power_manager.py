@@ -83,14 +83,18 @@ def _windowed_power(path, window, makespan, network_w) -> tuple[np.ndarray, np.n
 @pytest.mark.parametrize("tau", [0.0, 1.5])
 def test_the_manager_measures_boards_plus_idle_links(runs, tau):
     """Each sample is the boards' average power over its period (the power table, windowed by
-    plain loops) plus the links' idle power, each direction half of its NVLink links' 0.25 W
-    (catalog ``nvlink4``): on the 4x2 torus, 16 directed x links of 4 links and 8 directed y
-    links of 8 (a ring of 2 wraps onto the same pair: its two edges are one, doubled)."""
+    plain loops) plus the links' idle power, each direction half of its NVLink links' idle
+    power (catalog ``nvlink4``, 0.25 W a link): on the 4x2 torus, 16 directed x links of 4
+    links and 8 directed y links of 8 (a ring of 2 wraps onto the same pair: its two edges are
+    one, doubled)."""
     _scen, res, tel = runs[tau]
     ends, board = _windowed_power(res.trace_path, 0.3, res.summary["makespan_s"], 0.0)
     k = len(tel)
     np.testing.assert_allclose(tel["time_s"], ends[:k], rtol=1e-9)
-    idle = 16 * 0.25 * 4 / 2 + 8 * 0.25 * 8 / 2
+    from twin.catalogs import catalog
+
+    link_w = catalog("links").get("nvlink4").values["idle_w"]  # one link, both directions
+    idle = 16 * link_w * 4 / 2 + 8 * link_w * 8 / 2
     np.testing.assert_allclose(tel["power_w"], board[:k] + idle, rtol=1e-9)
 
 
