@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,16 @@ def sm_shares(name: str = "nccl") -> SmShares:
     v = Catalog("interference", CATALOG_DIR).get(name).values
     return SmShares(int(v["collective_ctas"]), int(v["tp_overlap_ctas"]), int(v["copy_ctas"]),
                     float(v["collective_sm_activity"]))
+
+
+def device_sm_shares(device) -> SmShares:
+    """:func:`sm_shares` on ``device`` (``devices.spec.DeviceSpec``): a collective takes the
+    device's ``nccl_channels`` SMs where its catalog entry gives them (NCCL's channel count
+    on that node), the catalog's ``collective_ctas`` otherwise."""
+    shares = sm_shares()
+    if device.nccl_channels is None:
+        return shares
+    return replace(shares, collective_ctas=int(device.nccl_channels))
 
 
 @dataclass(frozen=True)

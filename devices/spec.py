@@ -42,6 +42,11 @@ class DeviceSpec(StrictModel):
     compute_units: int | None = Field(
         default=None, gt=0, description="units that each take one GEMM output tile at a time "
                                         "(GPU SMs); None: no wave quantization")
+    nccl_channels: int | None = Field(
+        default=None, ge=1, le=64, description="channels NCCL's ring collectives of large "
+                                               "messages run on this device's node, one CTA "
+                                               "(one SM) each (at most NCCL's 64; None: the "
+                                               "interference catalog's collective_ctas)")
     gemm_tile: tuple[Annotated[int, Field(ge=1, le=1 << 16)],
                      Annotated[int, Field(ge=1, le=1 << 16)]] | None = Field(
         default=None, description="GEMM output tile [rows, cols] one unit computes")
@@ -126,6 +131,11 @@ class DeviceSpec(StrictModel):
         if not self.vector_tflops and "fp32" not in self.peak_tflops:
             raise ValueError("vector_tflops is required when peak_tflops has no fp32 entry "
                              "(element-wise kernels run on the vector units)")
+        if (self.nccl_channels is not None and self.compute_units is not None
+                and self.nccl_channels >= self.compute_units):
+            raise ValueError(f"nccl_channels ({self.nccl_channels}) must be below "
+                             f"compute_units ({self.compute_units}): a collective leaves at "
+                             "least one SM to compute")
         if self.idle_w >= self.tdp_w:
             raise ValueError(f"idle_w ({self.idle_w}) must be below tdp_w ({self.tdp_w})")
         from devices.power import check_device_power  # the power model owns these rules

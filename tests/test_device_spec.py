@@ -78,3 +78,32 @@ def test_spec_bounds():
     with pytest.raises(ValidationError, match="idle_w"):
         _nvlink(idle_w=1.0001e6)
     assert _nvlink().device_w == 0.0
+
+
+def test_nccl_channels_leave_an_sm_to_compute():
+    """A device's NCCL channel count (one SM each) is optional and below its SM count: a
+    collective that took every SM would leave compute no rate at all."""
+    assert _h100().nccl_channels is None
+    assert _h100(nccl_channels=19, compute_units=20).nccl_channels == 19
+    with pytest.raises(ValidationError, match=r"nccl_channels \(20\) must be below "
+                                              r"compute_units \(20\)"):
+        _h100(nccl_channels=20, compute_units=20)
+    with pytest.raises(ValidationError, match="less than or equal to 64"):
+        _h100(nccl_channels=65)
+    assert _h100(nccl_channels=64, compute_units=None).nccl_channels == 64
+
+
+def test_collectives_take_the_devices_nccl_channels():
+    """The SMs a collective takes: the A100's logged 24 NCCL channels (nccl-tests issue #100,
+    an HGX A100 node), the interference catalog's ``collective_ctas`` on a device whose
+    entry gives none; the other shares are the catalog's either way."""
+    from devices.interference import device_sm_shares, sm_shares
+
+    a100 = DeviceSpec.model_validate(catalog("devices").get("a100-sxm-80gb").values)
+    assert a100.nccl_channels == 24
+    shares = device_sm_shares(a100)
+    base = sm_shares()
+    assert shares.collective_ctas == 24 and shares.of("dp") == shares.of("shard") == 24
+    assert (shares.tp_overlap_ctas, shares.copy_ctas, shares.activity) == (
+        base.tp_overlap_ctas, base.copy_ctas, base.activity)
+    assert device_sm_shares(_h100()) == base

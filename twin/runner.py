@@ -229,9 +229,9 @@ def _comm_energy(scen: Scenario):
     (``power.communication_energy``), else None."""
     if not scen.power.communication_energy:
         return None
-    from devices.interference import sm_shares
+    from devices.interference import device_sm_shares
 
-    return sm_shares()
+    return device_sm_shares(scen.cluster.device)
 
 
 def _copy_energy(scen: Scenario, accelerators: list[Accelerator]):
@@ -277,7 +277,7 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
                                 h2d_bytes_per_s=h2d, bound=bound)
     if memory is None and not scen.overlap.sm_contention:
         return None, None
-    from devices.interference import DeviceStreams, sm_shares
+    from devices.interference import DeviceStreams, device_sm_shares
 
     latency = None
     if memory is not None and mem.bound == "auto":
@@ -294,7 +294,7 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
         pcie = PcieFabric(env, spec, d.node_gpus(cl.topology.kind, cl.topology.shape))
     lay = model.layout
     nic = pcie is not None and cl.nic_link is not None  # network streams leave by the NIC
-    shares = sm_shares() if cl.device.compute_units else None
+    shares = device_sm_shares(cl.device) if cl.device.compute_units else None
     out = []
     for c, acc in enumerate(accelerators):
         devs = [int(lay.device[r]) for r in lay.classes[c]]
