@@ -240,6 +240,7 @@ class DeviceStreams:
         self._fresh_buf: dict[tuple, list] = {}  # (requests, mix) -> [draws, next index]
         self.on_ports = on_ports if memory is not None else None
         self._port_cap = math.inf  # what on_ports was last told, bytes/s
+        self._net_caps: dict[tuple[int, int], float] = {}  # see port_capacity
         self._flush_due = False    # a change of the ports' capacity is queued (see _ports)
         self._reprice_due = False  # a re-price check is queued (see _changed)
         self.port_capped_s = 0.0   # seconds the ports were capped (closed intervals)
@@ -309,7 +310,11 @@ class DeviceStreams:
         mem = self.memory
         if mem is None or self._running is None or self._net <= 0:
             return math.inf
-        return mem.dma_caps(mem.clip(self.mix, weight=0.0))[0]
+        mix = (self._net, self._h2d)
+        cap = self._net_caps.get(mix)
+        if cap is None:  # the model's caps of a mix are fixed once computed
+            cap = self._net_caps[mix] = mem.dma_caps(mem.clip(mix, weight=0.0))[0]
+        return cap
 
     def h2d_cap(self) -> float:
         """HBM bandwidth of one copy stream now (a copy counts itself: call it after its
