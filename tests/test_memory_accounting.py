@@ -296,3 +296,37 @@ def test_a_stream_that_sends_nothing_leaves_the_op_as_it_was():
     for bound in ("bandwidth", "latency"):
         m = queue(op_load=0.5, dma_load=1e-12, bound=bound)
         assert np.all(m.table(1024, 1).samples == 1.0), bound
+
+
+# ------------------------------------------------------------------ windows by a plain loop
+@pytest.mark.parametrize("k", [(1, 0), (2, 0), (1, 2)])
+def test_queue_windows_against_a_plain_fifo_loop(k):
+    """What each stream got while the op ran (``batch_windows``), against a plain loop over
+    the same arrivals: merged in time order (ties: the op, then the streams in order), served
+    first come first served by one server, each stream's departures counted between the op's
+    first arrival and its last departure, times the request's bytes, over that span; the
+    slowdown is the op's span over its span alone."""
+    m = queue(op_load=0.5, dma_load=0.2, h2d_load=0.15)
+    n, r = 64, 3
+    s, _waits, win = m.batch_windows(n, k, r)
+    arr, srv, span0, _soj0 = m._op_batch(n, r)  # the batch's inputs, from its generators
+    streams = [(0, arr, srv)]
+    for j in range(1, k[0] + 1):
+        streams.append((j, *m._dma(n, r, j, float(arr[-1]))))
+    for j in range(1, k[1] + 1):
+        streams.append((k[0] + j, *m._dma(n, r, 1000 + j, float(arr[-1]),
+                                          m.h2d_load / m.service_mean_s)))
+    jobs = sorted(((float(t), who, i) for who, a, _s in streams for i, t in enumerate(a)),
+                  key=lambda x: (x[0], x[1], x[2]))
+    free, dep = 0.0, []
+    for t, who, i in jobs:
+        free = max(free, t) + float(streams[who][2][i])
+        dep.append((who, free))
+    t0 = float(arr[0])
+    t1 = max(d for who, d in dep if who == 0)
+    counts = [sum(1 for who, d in dep if who == j and t0 <= d <= t1)
+              for j in range(1, len(streams))]
+    assert win.tolist() == pytest.approx([c * REQ / (t1 - t0) for c in counts], rel=1e-12,
+                                         abs=0)
+    assert s == pytest.approx((t1 - t0) / span0, rel=1e-12, abs=0)
+    assert sum(counts) > 0

@@ -50,11 +50,11 @@ def test_crossing_time_matches_ode_event():
     assert th.crossing(83.0, 600.0, 83.0, 35.0) == 0.0
 
 
-def _idle_agent(ambient: float, initial: float):
+def _idle_agent(ambient: float, initial: float, enabled: bool = True):
     spec = DeviceSpec.model_validate(catalog("devices").get("h100-sxm").values)
     cm = ComputeModel(spec, "bf16", spec.hbm_pj_per_bit)
     ps = PowerSpec.model_validate({"thermal": {"ambient_c": ambient, "initial_c": initial,
-                                               "max_step_s": 0.5}})
+                                               "max_step_s": 0.5, "enabled": enabled}})
     env = simpy.Environment()
     return env, Accelerator(env, 0, 1, cm, Recorder(), power=PowerSetup(ps, cm)), cm.power
 
@@ -237,3 +237,17 @@ def test_the_idle_step_is_bounded_and_counted_in_the_event_budget(tiny):
     problems = err.value.problems
     assert [p.path for p in problems] == ["simulation.limits.max_events"]
     assert "power.thermal.max_step_s" in problems[0].message
+
+
+def test_idle_time_is_cut_only_for_the_thermal_model():
+    """``max_step_s`` cuts idle time so that leakage follows the temperature: 10 s idle at a
+    0.5 s step is 20 segments with the thermal model; without it the temperature stays where
+    it started, so the same 10 s is one segment at one power (the same energy)."""
+    _env, on, _dev = _idle_agent(35.0, 35.0)
+    _env, off, _dev = _idle_agent(35.0, 35.0, enabled=False)
+    on.idle_until(10.0)
+    off.idle_until(10.0)
+    assert len(on.power_segments()) == 20
+    seg = off.power_segments()
+    assert len(seg) == 1 and (seg[0, 0], seg[0, 1]) == (0.0, 10.0)
+    assert off.temp_c == 35.0 and off.energy_j == pytest.approx(seg[0, 2] * 10.0, rel=1e-12)
