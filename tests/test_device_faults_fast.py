@@ -96,3 +96,17 @@ def test_faults_that_abort_or_cut_keep_every_transfer_in_a_process():
     assert "chained_transfers" not in s["shortcuts_used"]
     assert "tp_group_agents" not in s["shortcuts_used"]
     assert s["rank_classes"] == s["devices"]
+
+
+@pytest.mark.parametrize("fault", ["straggler", "straggler_late"])
+def test_every_pipeline_message_is_received_once(fault):
+    """A TP group's class after a split stage receives each message from every rank of it
+    (one class each): it takes the message when the last has arrived, and nothing is left in
+    the mailboxes when the run ends (a message taken at its first sender's arrival would
+    leave the later arrivals behind, never received)."""
+    model = build(load_scenario(_faulty(fault, False)))
+    lay = model.layout
+    _env, _fabric, ex, _ = simulate_untraced(model)
+    several = {k: n for k, n in ex._senders.items() if n > 1}
+    assert several and set(several.values()) == {lay.tp}  # a group after a split stage
+    assert ex._mail == {} and ex._got == {}

@@ -107,3 +107,34 @@ def test_collectives_take_the_devices_nccl_channels():
     assert (shares.tp_overlap_ctas, shares.copy_ctas, shares.activity) == (
         base.tp_overlap_ctas, base.copy_ctas, base.activity)
     assert device_sm_shares(_h100()) == base
+
+
+def test_operand_bytes_are_the_formats_sizes():
+    """A GEMM operand takes the storage size of its format: IEEE binary32 (and TF32, stored
+    as 32 bits) 4 bytes, bfloat16 / binary16 2, FP8 (E4M3 / E5M2) 1, FP4 (E2M1) half."""
+    from workloads.transformer import gemm_input_bytes_per_element
+
+    want = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+    assert {p: gemm_input_bytes_per_element(p) for p in want} == want
+
+
+def test_fused_attention_fractions_fall_back_to_the_matmul_efficiency():
+    """``flash`` runs at ``attention_efficiency`` where the device gives the direction, else
+    at its lowest matmul efficiency (a device without any, or with the forward only)."""
+    low = min(_h100().matmul_efficiency.values())
+    none = _h100(attention_efficiency=None)
+    assert none.attention_fraction("fwd", "flash") == none.attention_fraction("bwd", "flash") == low
+    fwd_only = _h100(attention_efficiency={"fwd": 0.6})
+    assert fwd_only.attention_fraction("fwd", "flash") == 0.6
+    assert fwd_only.attention_fraction("bwd", "flash") == low
+
+
+def test_power_and_noise_bounds_at_their_values():
+    """The documented upper bounds hold at their values and refuse just above: a board of
+    1e5 W (``tdp_w``; ``idle_w`` below it) and a receiver noise figure of 100 dB."""
+    assert _h100(tdp_w=1e5).tdp_w == 1e5
+    with pytest.raises(ValidationError, match="tdp_w"):
+        _h100(tdp_w=1.5e5)
+    assert _nvlink(noise_figure_db=100.0).noise_figure_db == 100.0
+    with pytest.raises(ValidationError, match="noise_figure_db"):
+        _nvlink(noise_figure_db=150.0)

@@ -77,7 +77,8 @@ def test_every_stream_started_has_ended(case):
 def test_pipeline_wait_is_its_rows_and_names_the_microbatch(sets):
     """pp 2, 4 microbatches per rank: the seconds a class waited for pipeline sends and
     receives are the durations of its send_wait and recv rows, and those rows name
-    microbatches 0-3 (the program's), in chunk 0."""
+    microbatches 0-3 (the program's), in chunk 0; a send_wait row names its direction: stage
+    0 only sends activations forward (F), stage 1 only gradients back (B)."""
     model, ex, rows = _run(sets, **PP2)
     waited = set()
     for c, st in enumerate(ex.stats):
@@ -85,6 +86,9 @@ def test_pipeline_wait_is_its_rows_and_names_the_microbatch(sets):
         assert st.recv_s == pytest.approx(sum(r[9] - r[8] for r in mine), rel=1e-12, abs=1e-15)
         assert all(r[6] == 0 and r[7] == -1 for r in mine)
         waited |= {r[5] for r in mine if r[3] == "send_wait"}
+        if sets:
+            sent = {r[4] for r in mine if r[3] == "send_wait"}
+            assert sent == {"F" if model.layout.class_stage[c] == 0 else "B"}
     if sets:                                   # the sender waits for every delivery
         assert waited == set(range(model.microbatches))
     assert sum(st.recv_s for st in ex.stats) > 0
@@ -246,17 +250,19 @@ def test_data_parallel_wait_is_its_rows(sets):
     assert sum(st.dp_wait_s for st in ex.stats) > 0
 
 
-def test_tp_and_replica_rows_carry_no_microbatch_and_sends_are_named_by_direction():
+@pytest.mark.parametrize("sets", [[], ["simulation.exact=true"]])
+def test_tp_and_replica_rows_carry_no_microbatch_and_sends_are_named_by_direction(sets):
     """A blocking TP collective's row on the compute stream has no microbatch, chunk or layer
     (-1); hybrid sharding's all-reduce across shard groups has no bucket (mb -1); a forward
     send (activations, stage s to s + 1) is named ``p2p_fwd`` in the messages table and a
-    backward one (gradients, s + 1 to s) ``p2p_bwd`` (chained sends, fast mode)."""
+    backward one (gradients, s + 1 to s) ``p2p_bwd``: chained sends (fast mode) and sends
+    in processes (exact mode) alike."""
 
     d = scenario_dict(workload__parallelism={"dp": 2, "tp": 2, "pp": 2},
                       workload__global_batch=8)
     d["trace"] = {"enabled": False}
     model = build(load_scenario(d, ["workload.sharding.strategy=hybrid_shard",
-                                    "workload.sharding.group=1"]))
+                                    "workload.sharding.group=1", *sets]))
     rec, messages = _Ops(), []
     simulate(model, rec, message_sink=messages.append)
     tp = [r for r in rec.rows if r[2] == "compute" and r[3] == "tp"]
