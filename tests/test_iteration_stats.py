@@ -133,3 +133,15 @@ def test_standard_error_from_an_even_number_of_batches(n):
     means = steady[steady.size - size * nb:].reshape(nb, size).mean(axis=1)
     r = iteration_report(t, random=True)
     assert r["iteration_time_se_s"] == pytest.approx(means.std(ddof=1) / math.sqrt(nb))
+
+
+@pytest.mark.parametrize("alpha,flagged", [(1.5, True), (2.0, True), (2.5, False)])
+def test_a_fault_tail_is_named_when_its_variance_is_infinite(alpha, flagged):
+    """A Pareto tail has a finite variance only for alpha > 2: the run names the fault's tail
+    among its infinite-variance inputs at alpha 1.5 and 2, not at 2.5."""
+    from twin.summary import infinite_variance_sources
+
+    scen = twin.load_scenario("scenarios/fault_hbm.yaml", [
+        f"faults.0.tail.alpha={alpha}", "trace.enabled=false"])
+    got = infinite_variance_sources(scen, {})
+    assert got == (["faults[0].tail has infinite variance"] if flagged else [])

@@ -308,3 +308,44 @@ def test_lockstep_rings_are_listed_as_a_shortcut_only_under_the_step_model():
     assert "lockstep_rings" not in s["shortcuts_used"] and s["lockstep_ring_transfers"] == 0
     s = run(load_scenario(base, ["simulation.symmetry=false"])).summary
     assert "lockstep_rings" not in s["shortcuts_used"] and s["lockstep_ring_transfers"] > 0
+
+
+def test_peak_power_counts_the_networks_constant_power(tiny):
+    """The peak power is the largest sum of the devices' board power at any instant (a plain
+    sweep over every segment start here, each class's watts times its devices) plus what
+    the network draws all the time: every link's idle power and its share of switches, NICs
+    and transceivers (catalog ``idle_w + device_w`` per link, both directions, 4 links per
+    torus edge)."""
+    from twin.build import build
+    from twin.catalogs import catalog
+    from twin.runner import simulate_untraced
+    from twin.summary import summarize
+
+    model = build(tiny(["workload.parallelism.dp=4", "workload.parallelism.pp=2",
+                        "workload.global_batch=16", "trace.enabled=false"]))
+    env, fabric, ex, _ = simulate_untraced(model)
+    s = summarize(model, env, fabric, ex, 0.0)
+    segs = [(a.power_segments(), a.n) for a in ex.accelerators]
+    peak_dev = max(sum(w * n for seg, n in segs for t0, t1, w, *_ in seg if t0 <= t < t1)
+                   for seg, _n in segs for t in seg[:, 0])
+    link = catalog("links").get("nvlink4").values
+    # a 4 x 2 torus: a ring of 4 along x in each of 2 rows (8 edges), a ring of 2 along y in
+    # each of 4 columns (its two edges join the same pair: 8 edges)
+    links = (8 + 8) * 4
+    network_w = links * (link["idle_w"] + link.get("device_w", 0.0))
+    assert s["peak_power_w"] == pytest.approx(peak_dev + network_w, rel=1e-9)
+
+
+def test_a_clean_run_completes_every_iteration(tiny):
+    s = run(tiny(["workload.iterations=2", "trace.enabled=false"])).summary
+    assert s["completed"] is True and s["iterations_completed"] == 2
+
+
+def test_the_shannon_bound_is_per_iteration(tiny):
+    """Link bytes and link energy enter the Shannon-Hartley bound per iteration: two
+    identical iterations are as far from it as one (the same bytes per iteration)."""
+    one, two = (run(tiny([f"workload.iterations={n}", "trace.enabled=false",
+                          "power.thermal.enabled=false"])).summary for n in (1, 2))
+    a = one["limits_orders_of_magnitude"]["shannon_hartley"]
+    b = two["limits_orders_of_magnitude"]["shannon_hartley"]
+    assert a is not None and b == pytest.approx(a, abs=0.01)
