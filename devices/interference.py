@@ -46,12 +46,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from twin.kernel.catalog import Catalog
+
+if TYPE_CHECKING:
+    from devices.spec import DeviceSpec
 
 #: Stream kinds and which of them are network DMA (the rest: host copies).
 STREAM_KINDS = ("tp", "dp", "shard", "replica", "p2p", "h2d")
@@ -86,7 +89,7 @@ def sm_shares(name: str = "nccl") -> SmShares:
                     float(v["collective_sm_activity"]))
 
 
-def device_sm_shares(device) -> SmShares:
+def device_sm_shares(device: DeviceSpec) -> SmShares:
     """:func:`sm_shares` on ``device`` (``devices.spec.DeviceSpec``): a collective takes the
     device's ``nccl_channels`` SMs where its catalog entry gives them (NCCL's channel count
     on that node), the catalog's ``collective_ctas`` otherwise."""
