@@ -97,3 +97,14 @@ def test_idle_power_and_a_memory_bound_stage():
     assert plan.base_energy_j == pytest.approx(stage0 + 80.0 * 0.5 + 20.0 / 0.9 * 0.75)
     assert plan.states == [0, 2]
     assert plan.est_energy_j == pytest.approx(stage0 + 65.0 * 0.5 + 10.0 / 0.9 * 0.75)
+
+
+def test_a_plan_of_nothing_predicts_no_change():
+    """A plan whose baseline has no time and no energy (stages with nothing to run) predicts
+    neither a slowdown nor a saving: 0, not a division by zero or a made-up 100%."""
+    from devices.dvfs import StagePlan
+
+    p = StagePlan([0], [1980.0], [0.0], [0.0], 0.0, 0.0, 0.0, 0.0)
+    assert (p.predicted_slowdown, p.predicted_saving) == (0.0, 0.0)
+    d = p.as_dict()
+    assert (d["predicted_slowdown"], d["predicted_energy_saving"]) == (0.0, 0.0)

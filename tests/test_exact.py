@@ -359,3 +359,19 @@ def test_jittered_sharded_runs_agree_with_exact_mode(strategy):
     assert "tp_group_agents" not in fast["shortcuts_used"]
     for key in ("iteration_time_s", "energy_j", "makespan_s"):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
+
+
+@pytest.mark.parametrize("schedule,pp,v,want", [
+    ("gpipe", 3, 1, 3), ("1f1b", 4, 1, 4),
+    ("1f1b", 4, 2, 4),          # chunks only matter to the interleaved schedule
+    ("interleaved", 4, 1, 4),   # one chunk per stage: plain 1F1B
+    ("interleaved", 4, 2, 8),   # warm-up 2 x 3 + 1 x 4 = 10 units: 8 x 2 = 16 > 10, 4 x 2 not
+    ("interleaved", 2, 3, 4),   # warm-up 2 + 2 x 2 = 6 units: 4 x 3 = 12 > 6, 2 x 3 = 6 not
+])
+def test_warmup_microbatches_by_hand(schedule, pp, v, want):
+    """The smallest microbatch count with a steady phase on every stage, worked out from the
+    rule: ``pp`` for GPipe and 1F1B; for interleaved 1F1B with ``v > 1`` chunks the smallest
+    multiple of ``pp`` whose ``m v`` units exceed stage 0's ``2 (pp - 1) + (v - 1) pp``."""
+    from twin.aggregate import warmup_microbatches
+
+    assert warmup_microbatches(schedule, pp, v) == want

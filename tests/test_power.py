@@ -412,3 +412,41 @@ def test_energy_curve_by_hand():
     np.testing.assert_allclose(energy_curve(seg, [0.0, 0.5, 1.0, 2.0, 3.0, 5.0]),
                                [0.0, 50.0, 100.0, 150.0, 200.0, 200.0])
     assert not energy_curve(np.empty((0, 3)), [1.0, 2.0]).any()
+
+
+def test_windowed_power_has_no_sliver_window():
+    """``np.arange(0, 2.1, 0.7)`` ends at 2.0999999999999996, a rounding short of the
+    makespan: the windows are still the three of 0.7 s (ends 0.7, 1.4, 2.1), each at the
+    constant 500 W the one device drew, not a fourth window of 4e-16 s."""
+    from types import SimpleNamespace
+
+    from devices.power_report import windowed_power
+
+    seg = np.array([[0.0, 2.1, 500.0, 0.0, 0.0, 40.0]])
+    agent = SimpleNamespace(n=1, power_segments=lambda: seg)
+    ends, watts = windowed_power([agent], 2.1, 0.7)
+    assert ends.tolist() == pytest.approx([0.7, 1.4, 2.1], rel=1e-12)
+    assert watts.tolist() == pytest.approx([500.0] * 3, rel=1e-9)
+    ends, watts = windowed_power([agent], 2.1, 0.7, extra_w=20.0)
+    assert watts.tolist() == pytest.approx([520.0] * 3, rel=1e-9)
+
+
+def test_energy_shares_and_transition_energy_count_every_device(tiny):
+    """The energy shares are the breakdown over the total (adding up to 1), and the DVFS
+    transition energy is summed over devices: a symmetric run (one agent for a stage's two
+    replicas) books what exact mode (one agent per device) does, bubble down-clocking on."""
+    runs = {}
+    for exact in (False, True):
+        runs[exact] = run(tiny(["workload.parallelism.dp=2", "workload.parallelism.pp=4",
+                                "power.dvfs.bubble_downclock=true", "trace.enabled=false",
+                                f"simulation.exact={str(exact).lower()}"])).summary
+    fast, exact = runs[False], runs[True]
+    assert fast["rank_classes"] < exact["rank_classes"] == exact["devices"]
+    assert fast["dvfs_transitions"] == exact["dvfs_transitions"] > 0
+    assert fast["dvfs_transition_energy_j"] == pytest.approx(
+        exact["dvfs_transition_energy_j"], rel=1e-9)
+    assert fast["dvfs_transition_energy_j"] > 0
+    share = fast["energy_share"]
+    assert sum(share.values()) == pytest.approx(1.0, rel=1e-12)
+    for k, v in fast["energy_breakdown_j"].items():
+        assert share[k] == pytest.approx(v / fast["energy_j"], rel=1e-12), k

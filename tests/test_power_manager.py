@@ -168,3 +168,14 @@ def test_experiment_writes_plot_and_csv(tmp_path):
     assert set(df["delay_s"]) == {0.0, 1.5}
     assert {"time_s", "power_w", "reading_w", "cap_mhz", "budget_w"} <= set(df.columns)
     assert (tmp_path / "power_manager.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.5])
+def test_the_summary_restates_the_telemetry(runs, tau):
+    """The manager's summary keys are the telemetry table's: its largest sampled power, its
+    lowest and its last clock cap."""
+    _scen, res, tel = runs[tau]
+    pm = res.summary["power_manager"]
+    assert pm["peak_sampled_power_w"] == pytest.approx(tel["power_w"].max(), rel=1e-12)
+    assert pm["min_cap_mhz"] == pytest.approx(tel["cap_mhz"].min(), rel=1e-12)
+    assert pm["final_cap_mhz"] == pytest.approx(tel["cap_mhz"].iloc[-1], rel=1e-12)
