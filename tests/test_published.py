@@ -148,3 +148,37 @@ def test_breakdown_waits_are_the_summary_waits_per_iteration(iterations):
         rel=1e-12)
     assert b["pipeline_wait"] == pytest.approx(s["pipeline_wait_per_device_s"] / n, rel=1e-12,
                                                abs=0)
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_tp_and_pipeline_waits_of_the_breakdown_are_per_iteration(iterations):
+    """A run with TP and pipeline waits (tp 2, pp 2 on the tiny torus): the breakdown's
+    exposed TP and pipeline waits are the summary's per-device waits over the iterations."""
+    from tests.conftest import scenario_dict
+    from twin.scenario import load_scenario
+
+    d = scenario_dict(workload__parallelism={"dp": 2, "tp": 2, "pp": 2},
+                      workload__iterations=iterations)
+    d["trace"] = {"enabled": False}
+    s, b = simulate_summary(load_scenario(d))
+    assert s["tp_comm_time_per_device_s"] > 0 and s["pipeline_wait_per_device_s"] > 0
+    assert b["exposed_tp"] == pytest.approx(s["tp_comm_time_per_device_s"] / iterations,
+                                            rel=1e-12)
+    assert b["pipeline_wait"] == pytest.approx(s["pipeline_wait_per_device_s"] / iterations,
+                                               rel=1e-12)
+
+
+def test_mpt_rows_take_their_time_from_tokens_per_second():
+    """Each MPT row's published iteration time is its global batch of tokens over the
+    cluster's tokens per second (calibration rows, worked out here): 70B on 64 GPUs 2048 x
+    2048 / (410 x 64) s, 7B at 2k 96 x 2048 / (4641 x 8) s, 125M 640 x 2048 / (142830 x 8)
+    s; eleven rows. No validation run writes a trace (Korthikanti's rows neither)."""
+    from twin.published import cases
+
+    rows = {label: t for label, t, _scen, _src in cases("mpt")}
+    assert len(rows) == 11
+    assert not any(c[2].trace.enabled for which in ("mpt", "korthikanti")
+                   for c in cases(which))
+    assert rows["mpt 70b seq2048 64 A100 FSDP ckpt"] == pytest.approx(159.8439, rel=1e-5)
+    assert rows["mpt 7b seq2048 8 A100 FSDP"] == pytest.approx(5.29541, rel=1e-5)
+    assert rows["mpt 125m seq2048 8 A100 FSDP"] == pytest.approx(1.147098, rel=1e-5)

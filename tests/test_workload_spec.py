@@ -71,3 +71,16 @@ def test_hbm_timings_may_be_zero_and_specs_are_frozen():
         HbmSpec(**{**base, "data_rate_gbps": 0.0})
     with pytest.raises(ValidationError):
         zero.tCL_ns = 1.0  # type: ignore[misc]
+
+
+def test_embeddings_untied_and_ddp_buckets_by_default():
+    """A model entry that says nothing of it has separate input and output embeddings, and
+    gradients go in buckets of 25 MB, PyTorch DDP's default ``bucket_cap_mb``."""
+    from tests.conftest import scenario_dict
+    from twin.scenario import load_scenario
+    from workloads.spec import ModelSpec
+
+    m = ModelSpec.model_validate({"name": "m", "layers": 2, "hidden": 64, "heads": 4,
+                                  "vocab": 128, "seq_len": 32})
+    assert m.tied_embeddings is False
+    assert load_scenario(scenario_dict()).workload.grad_bucket_mb == 25.0
