@@ -178,3 +178,18 @@ def test_bytes_estimate_against_the_run(topo, par):
     s = run(scen).summary
     sent = s["bytes_sent"] / s["devices"]
     assert 0.75 * sent <= est <= 2.0 * sent
+
+
+def test_iteration_bound_of_one_layer_stages():
+    """Sixteen stages of one layer each (Llama 3.2 1B over pp 16 on a ring of 16), 16-token
+    microbatches: the kernel-bound floor of a rank is 30 kernels x 4 microbatches x 1 layer x
+    4 us, and the simulated iteration takes longer."""
+    d = scenario_dict(cluster__topology={"kind": "ring", "shape": [16]})
+    d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": 16})
+    d["power"] = {"thermal": {"enabled": False}}
+    d["trace"] = {"enabled": False}
+    scen = load_scenario(d)
+    est = estimate(scen)
+    want = KERNELS_PER_MICROBATCH_LAYER * 4 * 1 * scen.cluster.device.kernel_overhead_us * 1e-6
+    assert est.iteration_s == pytest.approx(want, rel=1e-12) == pytest.approx(4.8e-4)
+    assert est.iteration_s < run(scen).summary["iteration_time_s"]
