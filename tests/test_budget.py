@@ -33,18 +33,24 @@ def test_link_estimate_against_the_built_graph(kind, shape, exact):
     assert est == real if exact else est > real
 
 
-def test_iteration_bound_of_a_kernel_bound_rank_is_below_the_run():
-    """One device, 16-token microbatches: FLOPs take nothing and nothing is sent, so the
-    bound is the kernels' launch overhead, 30 kernels x 4 microbatches x 16 layers x 4 us
-    (``kernel_overhead_us`` of the H100), and the simulated iteration takes longer."""
-    d = scenario_dict(cluster__topology={"kind": "torus2d", "shape": [1, 1]})
-    d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": 1})
+@pytest.mark.parametrize(("topo", "pp", "layers", "bound_s"), [
+    ({"kind": "torus2d", "shape": [1, 1]}, 1, 16, 7.68e-3),
+    ({"kind": "ring", "shape": [16]}, 16, 1, 4.8e-4)])
+def test_iteration_bound_of_a_kernel_bound_rank_is_below_the_run(topo, pp, layers, bound_s):
+    """16-token microbatches: FLOPs take nothing and next to nothing is sent, so the bound is
+    the kernels' launch overhead, 30 kernels x 4 microbatches x the stage's layers x 4 us
+    (``kernel_overhead_us`` of the H100): one device with Llama 3.2 1B's 16 layers, or
+    sixteen stages of one layer each (pp 16 on a ring of 16); the simulated iteration takes
+    longer."""
+    d = scenario_dict(cluster__topology=topo)
+    d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": pp})
     d["power"] = {"thermal": {"enabled": False}}
     d["trace"] = {"enabled": False}
     scen = load_scenario(d)
     est = estimate(scen)
-    want = KERNELS_PER_MICROBATCH_LAYER * 4 * 16 * scen.cluster.device.kernel_overhead_us * 1e-6
-    assert est.iteration_s == pytest.approx(want, rel=1e-12) == pytest.approx(7.68e-3)
+    want = (KERNELS_PER_MICROBATCH_LAYER * 4 * layers
+            * scen.cluster.device.kernel_overhead_us * 1e-6)
+    assert est.iteration_s == pytest.approx(want, rel=1e-12) == pytest.approx(bound_s)
     assert est.iteration_s < run(scen).summary["iteration_time_s"]
     assert est.packets == 0.0 and est.thermal_steps == 0.0 and est.fault_events == 0.0
 
@@ -178,18 +184,3 @@ def test_bytes_estimate_against_the_run(topo, par):
     s = run(scen).summary
     sent = s["bytes_sent"] / s["devices"]
     assert 0.75 * sent <= est <= 2.0 * sent
-
-
-def test_iteration_bound_of_one_layer_stages():
-    """Sixteen stages of one layer each (Llama 3.2 1B over pp 16 on a ring of 16), 16-token
-    microbatches: the kernel-bound floor of a rank is 30 kernels x 4 microbatches x 1 layer x
-    4 us, and the simulated iteration takes longer."""
-    d = scenario_dict(cluster__topology={"kind": "ring", "shape": [16]})
-    d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": 16})
-    d["power"] = {"thermal": {"enabled": False}}
-    d["trace"] = {"enabled": False}
-    scen = load_scenario(d)
-    est = estimate(scen)
-    want = KERNELS_PER_MICROBATCH_LAYER * 4 * 1 * scen.cluster.device.kernel_overhead_us * 1e-6
-    assert est.iteration_s == pytest.approx(want, rel=1e-12) == pytest.approx(4.8e-4)
-    assert est.iteration_s < run(scen).summary["iteration_time_s"]
