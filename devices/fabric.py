@@ -134,6 +134,7 @@ class Fabric:
         # orbit on the quotient network; link counters are kept in quotient link ids and
         # expanded on reading, closed-form phases count on the real links beside them
         self.quotient: ReplicaQuotient | None = None
+        self._port_ids: dict[tuple, tuple] = {}  # see _port_plan
         self.quotient_fallback: str | None = None  # why a quotient run was redone in full
         self._closed_done: dict[Phase, int] = {}  # executions of each closed-form phase
         # run_closed's executions not yet added to the counters, per phase list: [parts, k]
@@ -250,6 +251,7 @@ class Fabric:
                                      or self._plans):
             raise ValueError("set_quotient: flow model only, before any phase is planned")
         self.quotient = quotient
+        self._port_ids.clear()
 
     def allow_lockstep(self, phases: list[Phase]) -> None:
         """Let ``phases`` go to the flow engine as lock-step flows where
@@ -263,19 +265,38 @@ class Fabric:
         uncapped) from now on; flows crossing them are re-shared at once."""
         if not self.ports:
             return
-        dev = np.asarray(devices, dtype=np.int64)
+        key = tuple(devices)
+        hit = self._port_ids.get(key)
+        if hit is None:
+            hit = self._port_plan(key)
+        dev, groups, engine_ids = hit
         self.port_capacity[dev] = capacity
+        for ids, scale in groups:
+            self.flows.set_capacity(ids, capacity * scale)
+        if self.fluid is not None:
+            self.fluid.recap(engine_ids)
+
+    def _port_plan(self, devices: tuple) -> tuple:
+        """(device array, [(engine link ids, capacity scale)], engine ids as ints) of the
+        ports of ``devices``: the ports themselves, or in symmetric runs each learnt cycle's
+        link of the quotient once, grouped by its capacity scale (a whole class, all its
+        replicas, is capped alike). Kept once every port's cycle is learnt (it never changes
+        after)."""
+        dev = np.asarray(devices, dtype=np.int64)
         ids = dev + self.topo.n_links
         q = self.quotient
         if q is None:
-            self.flows.set_capacity(ids, capacity)
-        else:  # symmetric runs cap a whole class (all replicas) alike: each learnt cycle's link
-            ids = np.unique(q.canon[ids])
-            ids = ids[ids >= 0]
-            for scale in np.unique(q.capacity_scale(ids)).tolist():
-                self.flows.set_capacity(ids[q.capacity_scale(ids) == scale], capacity * scale)
-        if self.fluid is not None:
-            self.fluid.recap(ids.tolist())
+            out = (dev, [(ids, 1.0)], ids.tolist())
+            self._port_ids[devices] = out
+            return out
+        learnt = bool((q.canon[ids] >= 0).all())
+        ids = np.unique(q.canon[ids])
+        ids = ids[ids >= 0]
+        scales = q.capacity_scale(ids)
+        out = (dev, [(ids[scales == s], s) for s in np.unique(scales).tolist()], ids.tolist())
+        if learnt:
+            self._port_ids[devices] = out
+        return out
 
     def with_ports(self, routes: list, src, dst) -> list:
         """``routes`` with their ends' HBM ports appended (flow engine routes)."""

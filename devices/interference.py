@@ -338,13 +338,22 @@ class DeviceStreams:
         """Tell the fabric the ports' capacity if it changed, once the instant's other
         changes are made: a block that ends and the next that starts at the same time (a
         chunk after a chunk) flip the capacity and back, which would re-share every flow on
-        the ports twice for nothing (no byte moves in zero time). A zero-delay event, queued
-        behind what is already due now, applies the capacity the streams then give."""
+        the ports twice for nothing (no byte moves in zero time). At the end of the instant
+        (:meth:`_defer`) the capacity the streams then give is applied."""
         if self.on_ports is None or self._flush_due:
             return
         if self.port_capacity() != self._port_cap:
             self._flush_due = True
-            self.env.timeout(0).callbacks.append(self._flush_ports)
+            self._defer(self._flush_ports)
+
+    def _defer(self, flush: Callable[..., None]) -> None:
+        """Run ``flush`` once the instant's other changes are made (``Engine.at_instant_end``;
+        on a plain SimPy environment a zero-delay event, queued behind what is due now)."""
+        at_end = getattr(self.env, "at_instant_end", None)
+        if at_end is not None:
+            at_end(flush)
+        else:
+            self.env.timeout(0).callbacks.append(flush)
 
     def _flush_ports(self, _e: object = None) -> None:
         self._flush_due = False
@@ -541,12 +550,12 @@ class DeviceStreams:
         """A stream started or ended: re-price the running block if its inputs changed, once
         the instant's other changes are made (as :meth:`_ports`): a stream that ends as the
         next starts (a TP chunk after a chunk) leaves the mix as it was, and re-pricing the
-        block in between would redraw its HBM factor at an unchanged mix. A zero-delay event,
-        queued behind what is already due now, compares the mix then."""
+        block in between would redraw its HBM factor at an unchanged mix. The mix is compared
+        at the end of the instant (:meth:`_defer`)."""
         if self._reprice_due or not self._must_reprice():
             return
         self._reprice_due = True
-        self.env.timeout(0).callbacks.append(self._flush_reprice)
+        self._defer(self._flush_reprice)
 
     def _must_reprice(self) -> bool:
         run = self._running

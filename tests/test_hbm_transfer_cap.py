@@ -26,6 +26,7 @@ from devices.memory import build_memory_model
 from devices.pcie import PcieFabric, PcieSpec
 from tests.test_contention_streams import standalone_streams
 from twin.build import build
+from twin.kernel.engine import Engine
 from twin.kernel.errors import ScenarioError
 from twin.kernel.flows import FlowNetwork
 from twin.scenario import load_scenario
@@ -279,11 +280,14 @@ def test_transfer_beside_a_block_moves_at_the_controllers_dma_share():
     assert dur - alpha * ph.steps == pytest.approx(per_flow / rate, rel=0.02)
 
 
-def test_back_to_back_blocks_leave_the_ports_capped_and_a_stream_end_uncaps_them():
+@pytest.mark.parametrize("env_type", [Engine, simpy.Environment])
+def test_back_to_back_blocks_leave_the_ports_capped_and_a_stream_end_uncaps_them(env_type):
     """One device, a DMA stream from t = 0 and two 1 s blocks back to back, the stream
     ending at 1.5 s: the ports are told the controller's DMA share once at 0 and ``inf``
     once at 1.5 s (the first block's end and the second's start at 1 s are one instant: no
-    flip to ``inf`` and back), and the capped seconds are the 1.5 s in between."""
+    flip to ``inf`` and back), and the capped seconds are the 1.5 s in between. On the
+    run's engine (changes applied at the end of the instant, ``Engine.at_instant_end``) and
+    on a plain SimPy environment (a zero-delay event)."""
     scen, model = _ring4()
     sc = scen.replace(["memory.model=frfcfs", "memory.batches=8"])
     cl = sc.cluster
@@ -291,7 +295,7 @@ def test_back_to_back_blocks_leave_the_ports_capped_and_a_stream_end_uncaps_them
                             np.random.default_rng(7))
     cap = mm.dma_caps((1, 0))[0]
     assert math.isfinite(cap)  # one stream beside an op is capped in this controller
-    env = simpy.Environment()
+    env = env_type()
     told: list[tuple[float, float]] = []
     agent = DeviceStreams(env, 1, None, None, mm, rng=np.random.default_rng(1),
                           on_ports=lambda c: told.append((env.now, c)))
@@ -322,7 +326,9 @@ def test_back_to_back_blocks_leave_the_ports_capped_and_a_stream_end_uncaps_them
     ([(0.5, 0.6)], 2),              # ends, then another starts later: two changes
     ([(0.3, 0.3), (0.7, 0.7)], 0),  # two swaps, each within an instant
 ])
-def test_a_block_is_repriced_only_when_the_mix_changes_across_an_instant(swaps, repriced):
+@pytest.mark.parametrize("env_type", [Engine, simpy.Environment])
+def test_a_block_is_repriced_only_when_the_mix_changes_across_an_instant(swaps, repriced,
+                                                                          env_type):
     """One device runs a 1 s block beside DMA streams; each of ``swaps`` ends one stream at
     its first time and starts another at its second (None: none), from separate processes.
     The running block is re-priced (its HBM factor drawn again) once per instant at which
@@ -333,7 +339,7 @@ def test_a_block_is_repriced_only_when_the_mix_changes_across_an_instant(swaps, 
     cl = sc.cluster
     mm = build_memory_model(sc.memory, cl.device, cl.link, cl.links_per_edge,
                             np.random.default_rng(7))
-    env = simpy.Environment()
+    env = env_type()
     agent = DeviceStreams(env, 1, None, None, mm, rng=np.random.default_rng(1))
     blk = model.blocks[0]["mlp_fwd"]
     acc = SimpleNamespace(model=_Compute(1.0), dev=SimpleNamespace(math_scale=[1.0],

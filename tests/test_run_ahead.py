@@ -161,6 +161,42 @@ def test_timeout_at_fires_at_the_absolute_time_not_now_plus_the_difference():
         env.timeout_at(0.5)
 
 
+def test_at_instant_end_runs_after_every_event_of_the_instant_before_the_clock_moves():
+    """``Engine.at_instant_end``: the callback sees every event of its instant processed,
+    also those queued after it was registered (a zero-delay event, and one queued by such an
+    event), and none of the next instant; callbacks run in registration order, may queue
+    events at the instant (processed before the clock moves on) and register again; the
+    last instant's callbacks run when the queue empties; none counts as an event."""
+    env = Engine()
+    log: list[tuple[float, str]] = []
+
+    def note(what):
+        return lambda *_a: log.append((env.now, what))
+
+    def proc():
+        yield env.timeout(1.0)
+        env.at_instant_end(note("end a"))
+        env.at_instant_end(again)
+        env.timeout(0).callbacks.append(lambda _e: (log.append((env.now, "zero")),
+                                                    env.timeout(0).callbacks.append(
+                                                        note("zero of zero"))))
+        env.timeout(1.0).callbacks.append(note("later"))
+
+    def again():
+        log.append((env.now, "end b"))
+        env.timeout(0).callbacks.append(note("queued at the end"))
+        env.at_instant_end(note("end c"))
+
+    env.process(proc())
+    env.timeout(2.0).callbacks.append(lambda _e: env.at_instant_end(note("end of run")))
+    env.run()
+    assert log == [(1.0, "zero"), (1.0, "zero of zero"), (1.0, "end a"), (1.0, "end b"),
+                   (1.0, "queued at the end"), (1.0, "end c"), (2.0, "later"),
+                   (2.0, "end of run")]
+    # init, the timeout, the process end, two zero-delay, one queued at the end, two at 2 s
+    assert env.events_processed == 8
+
+
 @pytest.mark.parametrize("name", _AGENTS)
 def test_beside_device_agents_what_runs_ahead_is_taken_back_when_a_stream_starts(
         name, monkeypatch):

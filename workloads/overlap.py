@@ -112,7 +112,11 @@ class Fifo:
         def finished(_e: object) -> None:
             self._next()
             if self.alive():
-                done.succeed()
+                if done.callbacks:
+                    done.succeed()
+                else:  # nobody waits yet: processed now, no event in the queue (a later
+                    # waiter sees it triggered, as it would between succeed and processing)
+                    done._ok, done._value, done.callbacks = True, None, None
 
         if ev.callbacks is None:
             finished(ev)

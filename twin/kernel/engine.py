@@ -13,10 +13,11 @@ forever. Both limits are deterministic (counted in events and simulated seconds)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from heapq import heappush
 
 import simpy
-from simpy.core import NORMAL
+from simpy.core import NORMAL, EmptySchedule
 
 from twin.kernel.errors import BudgetExceeded, Problem
 
@@ -36,9 +37,19 @@ class Engine(simpy.Environment):
         self.events_processed = 0
         self.max_events = max_events if max_events is not None else math.inf
         self.max_time = max_time if max_time is not None else math.inf
+        self._instant_end: list = []  # see at_instant_end
 
     def step(self) -> None:
-        """Process the next event (and count it); stop when the budget is spent."""
+        """Process the next event (and count it); stop when the budget is spent. Before an
+        event of a later time (or none), the callbacks registered with
+        :meth:`at_instant_end` run."""
+        q = self._queue
+        while self._instant_end and (not q or q[0][0] > self._now):
+            due, self._instant_end = self._instant_end, []
+            for fn in due:
+                fn()
+        if not q:
+            raise EmptySchedule()
         self.events_processed += 1
         if self.events_processed > self.max_events:
             raise BudgetExceeded([Problem(
@@ -53,6 +64,15 @@ class Engine(simpy.Environment):
                 "fewer iterations, slower failure processes, or a larger "
                 "simulation.limits.max_sim_time_s")])
         super().step()
+
+    def at_instant_end(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once every event of the current instant is processed, before the
+        clock moves on, in order of registration; ``fn`` may queue events at this instant
+        (processed next) and register callbacks (run after those events). For a change an
+        agent makes and may take back within the same instant (a block that ends as the next
+        starts): applied once, at the state the instant ends with, without an event in the
+        queue."""
+        self._instant_end.append(fn)
 
     def timeout_at(self, t: float) -> simpy.Event:
         """An event that fires at the absolute time ``t`` (s, not before now), exactly: a
