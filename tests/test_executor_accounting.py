@@ -333,3 +333,43 @@ def test_with_sequence_parallelism_every_tp_collective_beside_a_block_is_chunked
     n = Counter((r[2], r[4]) for r in tp_rows)
     for kind in ("allgather", "reduce_scatter"):
         assert n[("compute", kind)] > 0 and n[("comm", kind)] == 2 * n[("compute", kind)], kind
+
+
+def test_the_tp_stream_runs_jobs_in_order_and_fires_each_after_the_next_started():
+    """``workloads.overlap.Fifo``: three 1 s jobs submitted at 0 start at 0, 1 and 2 s; a
+    waiter on the first resumes at 1 s seeing the second started; a job nobody waits on when
+    it ends is processed then, without an event of its own (a waiter that comes later goes
+    on at once), and the run takes one timeout per job, the waiters' own events and nothing
+    else; a stream whose epoch ended starts nothing more."""
+    from twin.kernel.engine import Engine
+    from workloads.overlap import Fifo
+
+    env = Engine()
+    started: list[tuple[float, int]] = []
+    alive = [True]
+
+    def job(i):
+        started.append((env.now, i))
+        return env.timeout(1.0)
+
+    fifo = Fifo(env, lambda: alive[0])
+    done = [fifo.submit(job, i) for i in range(3)]
+    seen: list[tuple[float, list]] = []
+
+    def waiter(ev, at):
+        yield env.timeout(at)
+        yield ev
+        seen.append((env.now, list(started)))
+
+    env.process(waiter(done[0], 0.0))
+    env.process(waiter(done[1], 2.5))  # ended at 2 s, nobody waiting then
+    env.run()
+    assert started == [(0.0, 0), (1.0, 1), (2.0, 2)]
+    assert seen == [(1.0, [(0.0, 0), (1.0, 1)]), (2.5, started)]
+    assert done[1].processed and done[2].processed
+    # 3 jobs' timeouts; per waiter: start, its timeout, end; done[0]'s resume of the first
+    assert env.events_processed == 3 + 2 * 3 + 1
+    alive[0] = False
+    late = fifo.submit(job, 3)
+    env.run()
+    assert started[-1] == (2.0, 2) and not late.triggered
