@@ -373,3 +373,29 @@ def test_the_tp_stream_runs_jobs_in_order_and_fires_each_after_the_next_started(
     late = fifo.submit(job, 3)
     env.run()
     assert started[-1] == (2.0, 2) and not late.triggered
+
+
+def test_fuse_tp_fuses_each_block_with_its_adjacent_collectives_and_keeps_the_rest():
+    """``workloads.overlap.fuse_tp`` on a program written by hand: a receive first, an
+    all-gather + block + reduce-scatter run (fused with both sides), a block with only an
+    all-reduce after it, a block with only an all-gather before it, a block alone, a TP
+    collective between two blocks that belongs to neither side (kept blocking), and the
+    optimizer (never fused), against the expected program written out."""
+    from workloads.overlap import TPO, fuse_tp
+    from workloads.schedules import COMPUTE, RECV, SEND, TP
+
+    prog = [(RECV, 0, 0), (TP, "allgather", 8.0), (COMPUTE, "attn_fwd", 0, 0, 3),
+            (TP, "reduce_scatter", 8.0), (COMPUTE, "mlp_fwd", 0, 0, 3), (TP, "allreduce", 4.0),
+            (TP, "allgather", 2.0), (COMPUTE, "attn_bwd", 1, 0, 3), (SEND, 1, 0),
+            (COMPUTE, "embed_fwd", 1, 0, -1), (TP, "allreduce", 1.0), (TP, "allgather", 6.0),
+            (SEND, 2, 0), (TP, "allgather", 5.0), (COMPUTE, "optimizer", -1, -1, -1)]
+    assert fuse_tp(prog) == [
+        (RECV, 0, 0),
+        (TPO, "attn_fwd", 0, 0, 3, ("allgather", 8.0), ("reduce_scatter", 8.0)),
+        (TPO, "mlp_fwd", 0, 0, 3, None, ("allreduce", 4.0)),
+        (TPO, "attn_bwd", 1, 0, 3, ("allgather", 2.0), None),
+        (SEND, 1, 0),
+        (TPO, "embed_fwd", 1, 0, -1, None, ("allreduce", 1.0)),
+        (TP, "allgather", 6.0), (SEND, 2, 0), (TP, "allgather", 5.0),
+        (COMPUTE, "optimizer", -1, -1, -1)]
+    assert fuse_tp([(COMPUTE, "mlp_bwd", 2, 0, 1)]) == [(COMPUTE, "mlp_bwd", 2, 0, 1)]

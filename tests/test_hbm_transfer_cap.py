@@ -185,6 +185,92 @@ def test_fabric_port_shares_one_receiver_between_two_senders():
         assert fab.link_bytes.sum() == pytest.approx(2 * size, rel=1e-9)  # no port in it
 
 
+def test_a_fabric_built_without_ports_ignores_port_caps():
+    """A fabric made with its defaults has no HBM ports: capping device 0's port at a tenth
+    of the link changes nothing, the one-hop send takes bytes / link rate + the step latency
+    and no port bytes are counted."""
+    scen, model = _ring4()
+    link = float(scen.cluster.link.bytes_per_s * scen.cluster.links_per_edge)
+    size = 64e6
+    env = simpy.Environment()
+    fab = Fabric(env, model.topo, model.router, scen.cluster.link_specs())
+    fab.set_port_capacity([0], link / 10)
+    env.process(fab.run_phase(Phase(np.array([0]), np.array([1]), np.array([size])), "p2p"))
+    env.run()
+    alpha = fab.step_latency(model.router.route(0, 1))
+    assert env.now == pytest.approx(size / link + alpha, rel=1e-9)
+    assert not np.asarray(fab.port_bytes).any()
+
+
+@pytest.mark.parametrize(("dst", "steps"), [(2, 1), (1, 3)])
+def test_a_send_cut_by_a_failure_is_resent_to_its_own_receiver_through_the_ports(dst, steps):
+    """Device 0 sends ``steps`` rounds to device ``dst`` of a 4-ring on a fabric with HBM
+    ports; the first hop's edge fails halfway: after the retransmission timeout the rest goes
+    the other way round (two hops to device 2 as before, three to device 1), still into the
+    receiver's port. Every byte leaves device 0's port and enters the receiver's; no other
+    port carries any; the message row counts the detour's hops; the send ends at the cut +
+    timeout + the other half at the link's rate + ``steps`` step latencies of the longer
+    route (the detour to device 1 adds a hop per step)."""
+    scen, model = _ring4()
+    link = float(scen.cluster.link.bytes_per_s * scen.cluster.links_per_edge)
+    size = 64e6
+    env = simpy.Environment()
+    rows: list = []
+    fab = Fabric(env, model.topo, model.router, scen.cluster.link_specs(), hbm_ports=True,
+                 record=rows.append, retransmit_timeout_s=0.25)
+    route = model.router.route(0, dst)
+    first = route[0]
+    u, v = int(model.topo.link_src[first]), int(model.topo.link_dst[first])
+    total = size * steps
+    t_cut = 0.5 * total / link
+
+    def cut():
+        yield env.timeout(t_cut)
+        fab.fail_edge(u, v)
+
+    env.process(fab.run_phase(Phase(np.array([0]), np.array([dst]), np.array([size]),
+                                    steps=steps), "p2p"))
+    env.process(cut())
+    env.run()
+    ports = np.asarray(fab.port_bytes)
+    assert ports[0] == pytest.approx(total, rel=1e-9)
+    assert ports[dst] == pytest.approx(total, rel=1e-9)
+    assert not np.delete(ports, [0, dst]).any()
+    detour = model.router.route(0, dst)
+    assert first not in detour and len(detour) == 4 - len(route)
+    assert rows[-1].max_hops == len(detour) and rows[-1].dst == dst
+    alpha = max(fab.step_latency(route), fab.step_latency(detour))
+    assert env.now == pytest.approx(t_cut + 0.25 + 0.5 * total / link + steps * alpha,
+                                    rel=1e-12)
+
+
+def test_run_closed_with_a_message_sink_ends_where_the_clocked_closed_form_ends():
+    """``Fabric.run_closed`` from t = 0.3 s with a message sink gives the end time and the
+    message rows that ``start_closed`` gives on the clock from 0.3 s (a 4-rank ring
+    all-gather)."""
+    from workloads import collectives
+
+    scen, model = _ring4()
+    phases = collectives.ring("allgather", np.array([[0, 1, 2, 3]]), 32e6)
+    out = []
+    for clocked in (False, True):
+        env = simpy.Environment()
+        rows: list = []
+        fab = Fabric(env, model.topo, model.router, scen.cluster.link_specs(),
+                     record=rows.append)
+        assert fab.closed_form(phases[0]) is not None
+        if clocked:
+            env.run(until=0.3)
+            env.run(until=fab.start_closed(phases, "tp", 1))
+            end = env.now
+        else:
+            end = fab.run_closed(phases, 0.3, "tp", 1)
+        out.append((end, rows))
+    (t_ahead, rows_ahead), (t_clock, rows_clock) = out
+    assert t_ahead == t_clock and t_ahead > 0.3
+    assert rows_ahead == rows_clock and rows_ahead[0].t_start == 0.3
+
+
 def test_no_ports_without_a_controller_model():
     """Roofline memory (or ``transfer_cap: false``): the fabric has no ports, its flow engine
     the links only."""

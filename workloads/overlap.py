@@ -49,6 +49,8 @@ from workloads.schedules import COMPUTE, TP
 if TYPE_CHECKING:  # (the scenario schema imports this module: no simpy for `twin check`)
     import simpy
 
+    from twin.kernel.engine import Engine
+
 #: the fused ``(TP before, COMPUTE, TP after)`` instruction of tensor-parallel overlap
 #: (:func:`fuse_tp`; run by ``workloads.executor.Executor``)
 TPO = 100
@@ -85,9 +87,10 @@ def chunk_block(block, n: int):
 class Fifo:
     """A communication stream: jobs start one after the other in submission order. A job's
     ``done`` event fires after the next job has started, so a compute block that resumes on
-    it already sees the next chunk's stream."""
+    it already sees the next chunk's stream. ``env``: the run's ``twin.kernel.engine.Engine``
+    (a ``done`` nothing waits for is fired in place)."""
 
-    def __init__(self, env: simpy.Environment, alive: Callable[[], bool]):
+    def __init__(self, env: Engine, alive: Callable[[], bool]):
         self.env = env
         self.alive = alive
         self.queue: deque = deque()
@@ -115,8 +118,8 @@ class Fifo:
                 if done.callbacks:
                     done.succeed()
                 else:  # nobody waits yet: processed now, no event in the queue (a later
-                    # waiter sees it triggered, as it would between succeed and processing)
-                    done._ok, done._value, done.callbacks = True, None, None
+                    # waiter finds it triggered, as it would between succeed and processing)
+                    self.env.fire(done)
 
         if ev.callbacks is None:
             finished(ev)
