@@ -142,8 +142,7 @@ class FluidRings:
     def _drain(self, ph: Phase, st: _Static) -> float:
         """Seconds the phase's lock-step flow takes alone on its links at the current
         capacities (the engine's max-min rate of it)."""
-        caps = self._cap
-        key = (ph, *[caps[lk] for lk in st.port_ids])
+        key = (ph, tuple(map(self._cap.__getitem__, st.port_ids)))
         t = self._rates.get(key)
         if t is None:
             rate = max_min_rates(np.zeros(len(st.route), dtype=np.int64), st.route, 1,

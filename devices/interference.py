@@ -258,6 +258,10 @@ class DeviceStreams:
         self._alone_op_w = (self.n / self.group * self.group
                             if memory is not None and latency is None else 0.0)
         self.on_change: Callable[[], None] | None = None
+        # runs a flush once the instant's other changes are made: the engine's end-of-instant
+        # callbacks (``Engine.at_instant_end``), a zero-delay event on a plain SimPy environment
+        self._defer: Callable[[Callable[..., None]], None] = getattr(
+            env, "at_instant_end", self._zero_delay)
 
     # ------------------------------------------------------------------ streams
     def start(self, kind: str) -> None:
@@ -339,21 +343,19 @@ class DeviceStreams:
         changes are made: a block that ends and the next that starts at the same time (a
         chunk after a chunk) flip the capacity and back, which would re-share every flow on
         the ports twice for nothing (no byte moves in zero time). At the end of the instant
-        (:meth:`_defer`) the capacity the streams then give is applied."""
+        (:attr:`_defer`) the capacity the streams then give is applied."""
         if self.on_ports is None or self._flush_due:
             return
-        if self.port_capacity() != self._port_cap:
+        # (port_capacity, without the call between blocks or without a network stream)
+        cap = math.inf if self._running is None or self._net <= 0 else self.port_capacity()
+        if cap != self._port_cap:
             self._flush_due = True
             self._defer(self._flush_ports)
 
-    def _defer(self, flush: Callable[..., None]) -> None:
-        """Run ``flush`` once the instant's other changes are made (``Engine.at_instant_end``;
-        on a plain SimPy environment a zero-delay event, queued behind what is due now)."""
-        at_end = getattr(self.env, "at_instant_end", None)
-        if at_end is not None:
-            at_end(flush)
-        else:
-            self.env.timeout(0).callbacks.append(flush)
+    def _zero_delay(self, flush: Callable[..., None]) -> None:
+        """:attr:`_defer` on a plain SimPy environment: a zero-delay event, queued behind
+        what is due now."""
+        self.env.timeout(0).callbacks.append(flush)
 
     def _flush_ports(self, _e: object = None) -> None:
         self._flush_due = False
@@ -551,7 +553,7 @@ class DeviceStreams:
         the instant's other changes are made (as :meth:`_ports`): a stream that ends as the
         next starts (a TP chunk after a chunk) leaves the mix as it was, and re-pricing the
         block in between would redraw its HBM factor at an unchanged mix. The mix is compared
-        at the end of the instant (:meth:`_defer`)."""
+        at the end of the instant (:attr:`_defer`)."""
         if self._reprice_due or not self._must_reprice():
             return
         self._reprice_due = True
