@@ -44,7 +44,8 @@ class _Static(NamedTuple):
     route: np.ndarray       # its one flow's engine links (ports included, repeated)
     nbytes: float           # the flow's bytes
     latency: float          # s after its last byte
-    port_ids: tuple[int, ...]  # the engine ids of the ports it crosses
+    ports: np.ndarray       # the engine ids of the ports it crosses ...
+    port_ids: tuple[int, ...]  # ... as ints
     real: np.ndarray        # its real links (no ports) ...
     per_link: np.ndarray    # ... and the bytes each carries
     sent: tuple             # (devices, bytes) sent, received (``Fabric._plan``)
@@ -92,10 +93,6 @@ class FluidRings:
         self._lists: list[list[Phase]] = []  # keeps them alive (ids stay theirs)
         self._phase: dict[Phase, _Static | None] = {}  # see _static
         self._rates: dict[tuple, float] = {}  # (phase, its ports' capacities) -> drain s
-        # the engine's capacity of every port a phase here crosses, as Python floats (read
-        # when the phase is first seen, kept by recap: the drain cache's key)
-        self._cap: dict[int, float] = {}
-        self._flow_on = flows._on_link  # the engine's links -> transfers on them
         # engine port id -> the job draining or waiting through it (its real links are the
         # caller's guarantee: no other transfer uses them, see allow)
         self._on: dict[int, _Job] = {}
@@ -132,9 +129,7 @@ class FluidRings:
         if plan is not None and plan[-1] and closed is not None and plan[10][0] > 0:
             route = np.asarray(plan[9][0], dtype=np.int64)
             ports = tuple(lk for lk in dict.fromkeys(route.tolist()) if lk >= fab.topo.n_links)
-            for lk in ports:
-                self._cap.setdefault(lk, float(self.flows.capacity[lk]))
-            out = _Static(route, float(plan[10][0]), closed[1], ports,
+            out = _Static(route, float(plan[10][0]), closed[1], np.asarray(ports), ports,
                           closed[2], closed[3], plan[6], plan[7], plan[8])
         self._phase[ph] = out
         return out
@@ -142,11 +137,11 @@ class FluidRings:
     def _drain(self, ph: Phase, st: _Static) -> float:
         """Seconds the phase's lock-step flow takes alone on its links at the current
         capacities (the engine's max-min rate of it)."""
-        key = (ph, tuple(map(self._cap.__getitem__, st.port_ids)))
+        cap = self.flows.capacity
+        key = (ph, cap.take(st.ports).tobytes())
         t = self._rates.get(key)
         if t is None:
-            rate = max_min_rates(np.zeros(len(st.route), dtype=np.int64), st.route, 1,
-                                 self.flows.capacity)
+            rate = max_min_rates(np.zeros(len(st.route), dtype=np.int64), st.route, 1, cap)
             t = self._rates[key] = st.nbytes / float(rate[0])
         return t
 
@@ -205,7 +200,7 @@ class FluidRings:
         st = self._phase[ph]
         ports = st.port_ids
         on = self._on
-        if not (self._flow_on.keys().isdisjoint(ports) and on.keys().isdisjoint(ports)):
+        if not (self.flows._on_link.keys().isdisjoint(ports) and on.keys().isdisjoint(ports)):
             self._hand_over(job, 0.0, 0.0)
             return
         now = self.env.now
@@ -257,10 +252,6 @@ class FluidRings:
     def recap(self, ports: list[int]) -> None:
         """The HBM ports ``ports`` (engine link ids) changed capacity now: re-rate the jobs
         draining through them (the bytes left drain at the new rate)."""
-        caps, cap = self._cap, self.flows.capacity
-        for lk in ports:  # (a port of no phase seen yet is read when one is)
-            if lk in caps:
-                caps[lk] = float(cap[lk])
         on = self._on
         if not on:
             return

@@ -346,9 +346,7 @@ class DeviceStreams:
         (:attr:`_defer`) the capacity the streams then give is applied."""
         if self.on_ports is None or self._flush_due:
             return
-        # (port_capacity, without the call between blocks or without a network stream)
-        cap = math.inf if self._running is None or self._net <= 0 else self.port_capacity()
-        if cap != self._port_cap:
+        if self.port_capacity() != self._port_cap:
             self._flush_due = True
             self._defer(self._flush_ports)
 
