@@ -489,3 +489,31 @@ def test_sequential_interleave_sweeps_channels_then_moves_to_the_next_bank():
     np.testing.assert_array_equal(req.channel, (c0 + j) % c)
     np.testing.assert_array_equal(req.bank, (b0 + (c0 + j) // c) % b)
     assert (req.row == 0).all()
+
+
+def test_backlogged_streams_interleave_round_robin():
+    """Requests are ordered by arrival, then by position in their stream, then by stream id:
+    three streams backlogged from t = 0 interleave round robin in the order of their
+    ids (0, 2, 5, 0, 2, 5, ...), and a
+    fourth starting later comes after all of them; written out by hand for 4 requests each."""
+    spec = load_hbm_spec("hbm3")
+    streams = [StreamSpec(n_requests=4), StreamSpec(n_requests=4, stream_id=5),
+               StreamSpec(n_requests=4, stream_id=2),
+               StreamSpec(n_requests=4, start_s=1e-6, stream_id=1)]
+    req = generate_requests(spec, np.random.default_rng(0), streams)
+    assert req.stream.tolist() == [0, 2, 5] * 4 + [1] * 4
+    assert req.arrival_s.tolist() == [0.0] * 12 + [1e-6] * 4
+
+
+def test_random_interleave_lands_on_every_channel_bank_and_default_row():
+    """A stream that jumps on every request with random interleaving picks channel, bank and
+    row uniformly: 4000 requests on HBM3 touch every channel and bank (0 included; missing
+    one has probability below 1e-20) and draw rows from the default 16384 per bank, the
+    largest above 16000 (probability of none above: (16000/16384)^4000, about 1e-41)."""
+    spec = load_hbm_spec("hbm3")
+    req = generate_requests(spec, np.random.default_rng(2),
+                            [StreamSpec(n_requests=4000, row_locality=0.0,
+                                        interleave="random")])
+    assert set(req.channel.tolist()) == set(range(spec.channels))
+    assert set(req.bank.tolist()) == set(range(spec.banks_per_channel))
+    assert 16000 <= req.row.max() < 16384 and req.row.min() >= 0

@@ -145,3 +145,20 @@ def test_a_fault_tail_is_named_when_its_variance_is_infinite(alpha, flagged):
         f"faults.0.tail.alpha={alpha}", "trace.enabled=false"])
     got = infinite_variance_sources(scen, {})
     assert got == (["faults[0].tail has infinite variance"] if flagged else [])
+
+
+@pytest.mark.parametrize("sets,expected", [
+    ([], []),
+    (["simulation.compute_jitter_cov=0.05"], ["simulation.compute_jitter_cov"]),
+    (["memory.model=frfcfs"], ["memory.model frfcfs"]),
+    (["simulation.compute_jitter_cov=0.001", "memory.model=queue"],
+     ["simulation.compute_jitter_cov", "memory.model queue"]),
+])
+def test_what_makes_a_run_random_is_named(sets, expected):
+    """Any compute jitter, however small, and any memory model but the roofline make the
+    iteration times samples (the report then asks for a precise mean, not only no drift);
+    the deterministic quickstart has no random input."""
+    from twin.summary import random_sources
+
+    scen = twin.load_scenario("scenarios/quickstart.yaml", ["trace.enabled=false", *sets])
+    assert random_sources(scen) == expected

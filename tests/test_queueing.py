@@ -849,3 +849,52 @@ def test_module_imports_only_numpy_scipy_and_errors():
                 roots.add(node.module if errors else node.module.split(".")[0])
     stdlib = {"__future__", "math", "numbers", "collections", "dataclasses", "functools", "typing"}
     assert roots - stdlib == {"numpy", "scipy", "twin.kernel.errors"}
+
+
+def test_hill_estimate_of_a_shuffled_sequence_by_hand():
+    """1 .. 1000 in random order, k = 10: the threshold is the 11th largest value, 990, and
+    1 / alpha = mean(ln 991 .. ln 1000) - ln 990, whatever the order of the input."""
+    x = np.random.default_rng(8).permutation(np.arange(1.0, 1001.0))
+    h = q.hill_estimate(x, k=10)
+    assert h.threshold == 990.0
+    inv = sum(math.log(v) for v in range(991, 1001)) / 10 - math.log(990)
+    assert h.alpha == pytest.approx(1.0 / inv, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 5, 11])
+def test_default_hill_k_of_a_short_sample_uses_all_but_the_threshold(n):
+    """At most n - 1 order statistics above the threshold (the (k + 1)-th largest): below
+    HILL_MIN_K + 1 samples the default k is n - 1; from there on max(HILL_MIN_K,
+    round(sqrt(n)))."""
+    assert q.default_hill_k(n) == min(n - 1, 10)
+    assert q.default_hill_k(400) == 20 and q.default_hill_k(50) == 10
+
+
+def test_running_mean_check_applies_a_threshold_below_one():
+    """Batch means 1, 3 | 2, 4 (one value each): halves 2 and 3, standard error of the
+    difference sqrt(2/2 + 2/2) = sqrt 2, z = 1 / sqrt 2 = 0.707: settled at the default
+    threshold 3 (and relative change 0.4 within rtol 0.5), not at a threshold of 0.5, which
+    is accepted; a threshold of 0 is not."""
+    x = np.array([1.0, 3.0, 2.0, 4.0])
+    c = q.running_mean_check(x, n_batches=4, rtol=0.5)
+    assert c.z_score == pytest.approx(1.0 / math.sqrt(2.0))
+    assert c.settled
+    assert not q.running_mean_check(x, n_batches=4, rtol=0.5, z_threshold=0.5).settled
+    with pytest.raises(ScenarioError, match="z_threshold"):
+        q.running_mean_check(x, n_batches=4, z_threshold=0.0)
+
+
+def test_analyze_queue_drops_a_tenth_and_needs_two_customers_per_batch():
+    """By default the first 10% of customers are warm-up: 40 customers leave 36, too few for
+    20 batches of 2 (the message says how many are left); 11 customers leave 10 (int(1.1) =
+    1 dropped), enough for 4 batches of 2 (the oldest left over, as batch means drop it)."""
+    with pytest.raises(ScenarioError, match="40 customers leave 36 after warm-up"):
+        q.analyze_queue(np.arange(40.0), np.full(40, 0.5))
+    r = q.analyze_queue(np.arange(11.0), np.full(11, 0.5), n_batches=4)
+    assert r.n_customers == 11 and r.n_warmup == 1
+
+
+def test_an_unknown_arrival_process_lists_the_kinds_with_their_units():
+    with pytest.raises(ScenarioError) as err:
+        q.arrival_process("hawkes", rate=1.0)
+    assert "mmpp2(rate_on, rate_off, mean_on, mean_off) (rates 1/s, s)" in str(err.value)

@@ -335,3 +335,27 @@ def test_block_times_are_a_layers_forward_and_backward(tmp_path):
     cm = ComputeModel(scen.cluster.device, w.precision, scen.cluster.device.hbm_pj_per_bit)
     got = block_times(tc, lambda b: cm.block_cost(b).duration_s)
     assert got == pytest.approx(_costs(scen), rel=1e-12)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("pp", [1, 2, 5])
+def test_a_tied_output_matrix_is_held_twice_only_when_the_pipeline_splits_it(tied, pp):
+    """With tied embeddings the input embedding and the output layer share one vocab x hidden
+    matrix; split over pipeline stages, the last stage keeps its own copy (Megatron-LM keeps
+    the two in step with an all-reduce of their gradients): the stages together hold
+    V h / t parameters more than the model has, on the last stage only, and nothing more
+    without a pipeline or without tying."""
+    from workloads.memory import memory_per_stage
+
+    t = 2
+    costs = TransformerCosts(ModelSpec(**GPT, tied_embeddings=tied), "bf16", 1, S, t, False,
+                             "none", "flash")
+    alone = memory_per_stage(costs, 1, 4, "1f1b")
+    split = memory_per_stage(costs, pp, 4, "1f1b")
+    extra = VOCAB * H / t if tied and pp > 1 else 0.0
+    assert sum(st.params for st in split) == pytest.approx(alone[0].params + extra, rel=1e-12)
+    assert alone[0].params == pytest.approx(costs.total_params() / t, rel=1e-12)
+    if pp > 1:
+        # the last stage: its layers, the final norm (2 h for GPT), the head unless tied, the copy
+        last = 10 // pp * costs.layer_params() / t + (2 * H + VOCAB * H) / t
+        assert split[-1].params == pytest.approx(last, rel=1e-12)

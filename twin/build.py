@@ -108,9 +108,7 @@ def build(scen: Scenario) -> Model:
     ge = grad_bytes_per_element(w.precision)
     chunks = stage_chunks(split, par.pp)
     params = {"L": tc.layer_params() / par.tp, "E": tc.embedding_params() / par.tp,
-              "H": (tc.output_params() + (w.model.vocab * w.model.hidden
-                                          if w.model.tied_embeddings and par.pp > 1
-                                          else 0)) / par.tp}
+              "H": tc.last_stage_head_params(par.pp) / par.tp}
     we = weight_bytes_per_element(w.precision)
     shard_work = ShardWork(sh.strategy, sh.prefetch, par.dp // shards, shards,
                            {k: v * we for k, v in params.items()},

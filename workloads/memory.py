@@ -59,8 +59,8 @@ class StageMemory:
     gradients: float
     optimizer: float
     activations: float
-    buffers: float = 0.0      # sharding: gathered units and reduce-scatter inputs
-    layers: int = 0           # transformer layers of the stage (all its chunks)
+    buffers: float            # sharding: gathered units and reduce-scatter inputs
+    layers: int               # transformer layers of the stage (all its chunks)
 
     @property
     def total(self) -> float:
@@ -145,11 +145,8 @@ def memory_per_stage(costs: TransformerCosts, pp: int, microbatches: int, schedu
             params += costs.embedding_params() / t
             units.append(costs.embedding_params() / t)
         if stage == pp - 1:
-            params += costs.output_params() / t
-            head = costs.output_params() / t
-            if m.tied_embeddings and pp > 1:
-                params += m.vocab * h / t  # last stage keeps its own copy of the shared matrix
-                head += m.vocab * h / t
+            head = costs.last_stage_head_params(pp) / t
+            params += head
             units.append(head)
         if uniform:
             flight = in_flight_microbatches(schedule, pp, stage, microbatches, virtual)

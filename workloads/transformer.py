@@ -169,6 +169,13 @@ class TransformerCosts:
         head = 0 if self.m.tied_embeddings else self.m.vocab * self.m.hidden
         return head + norm
 
+    def last_stage_head_params(self, pp: int) -> int:
+        """Output-layer parameters the last of ``pp`` pipeline stages holds: with tied
+        embeddings split over stages it keeps its own copy of the shared matrix (its
+        gradient is all-reduced with the first stage's), else :meth:`output_params`."""
+        tied_copy = self.m.vocab * self.m.hidden if self.m.tied_embeddings and pp > 1 else 0
+        return self.output_params() + tied_copy
+
     def total_params(self) -> int:
         """Parameters of the whole model."""
         return self.m.layers * self.layer_params() + self.embedding_params() + self.output_params()
