@@ -12,6 +12,8 @@ Each variant runs in a fresh subprocess; target: contention wall <= 3x roofline 
 first run of a process is cold (the FR-FCFS engine's compiled code, ~0.6 s, is loaded in it);
 the variant is run twice more in the same process (``warm_wall_s``, the faster of the two, and
 ``warm_vs_roofline``: what each further run of a sweep costs a worker), except ``COLD_ONLY``.
+For ``PAIRED`` variants ``cold_ratio_median`` is the median cold ratio over alternating cold
+runs of the variant and its baseline (``--pairs``), less exposed to the host's load than one.
 ``python -m experiments.bench_contention --variant frfcfs`` prints one JSON line.
 """
 
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 
 VARIANTS = {
@@ -48,6 +52,8 @@ TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "roofline+t
          "frfcfs+tp-overlap", "frfcfs+tp-overlap-no-cap", "queue-auto+tp-overlap")
 #: variants measured cold only (one run takes minutes; the compiled-code load is noise in it)
 COLD_ONLY = ("queue-auto+tp-overlap",)
+#: variants whose cold ratio is also measured over alternating pairs of cold runs (see run)
+PAIRED = ("frfcfs", "frfcfs+tp-overlap")
 #: the roofline run each variant is compared with (same timeline, no contention model)
 BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-no-cap": "roofline",
             "frfcfs-per-device": "roofline",
@@ -83,14 +89,22 @@ def measure(variant: str, repeat: int = 1) -> dict:
             "hbm_port_capped_s": s["hbm_port_capped_s"], "symmetry_used": s["symmetry_used"]}
 
 
-def run() -> pd.DataFrame:
-    """Every variant in its own subprocess; the wall ratio to roofline and its target."""
-    rows = []
-    for v in TABLE:
-        out = subprocess.run([sys.executable, "-m", "experiments.bench_contention", "--variant",
-                              v, "--repeat", str(1 if v in COLD_ONLY else 3)],
-                             capture_output=True, text=True, check=True)
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+def _in_subprocess(variant: str, repeat: int) -> dict:
+    """:func:`measure` of ``variant`` in a fresh interpreter (cold: nothing loaded)."""
+    out = subprocess.run([sys.executable, "-m", "experiments.bench_contention", "--variant",
+                          variant, "--repeat", str(repeat)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(pairs: int = 4) -> pd.DataFrame:
+    """Every variant in its own subprocess; the wall ratio to roofline and its target.
+
+    Sub-second to few-second walls vary by tens of percent with this host's load, so for the
+    variants of :data:`PAIRED` the cold ratio is also taken over ``pairs`` further cold runs
+    of the variant and its baseline, one right after the other (``cold_ratio_median``, with
+    the least and the largest of the ``pairs + 1`` ratios)."""
+    rows = [_in_subprocess(v, 1 if v in COLD_ONLY else 3) for v in TABLE]
     df = pd.DataFrame(rows)
     wall = dict(zip(df.variant, df.wall_s, strict=True))
     df["baseline"] = [BASELINE[v] for v in df.variant]
@@ -105,6 +119,16 @@ def run() -> pd.DataFrame:
     df["warm_vs_roofline"] = [warm[v] / warm[BASELINE[v]] for v in df.variant]
     df["met_warm"] = [bool(r <= 3.0) if c and r == r else None
                       for c, r in zip(contended, df.warm_vs_roofline, strict=True)]
+    spread = {}
+    for v in PAIRED:
+        ratios = [wall[v] / wall[BASELINE[v]]]
+        for _ in range(pairs):
+            base = _in_subprocess(BASELINE[v], 1)["wall_s"]
+            ratios.append(_in_subprocess(v, 1)["wall_s"] / base)
+        spread[v] = (float(np.median(ratios)), min(ratios), max(ratios))
+    nan3 = (math.nan,) * 3
+    df["cold_ratio_median"], df["cold_ratio_min"], df["cold_ratio_max"] = zip(
+        *(spread.get(v, nan3) for v in df.variant), strict=True)
     return df
 
 
@@ -114,11 +138,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--variant", choices=list(VARIANTS), help="measure one variant, print JSON")
     p.add_argument("--repeat", type=int, default=1, help="runs of the variant in the process "
                    "(the least wall after the first is warm_wall_s)")
+    p.add_argument("--pairs", type=int, default=4, help="further alternating cold runs of "
+                   "the PAIRED variants and their baselines (cold_ratio_median)")
     args = p.parse_args(argv)
     if args.variant:
         print(json.dumps(measure(args.variant, args.repeat)))
         return
-    print(run().to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(run(args.pairs).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
 if __name__ == "__main__":

@@ -851,13 +851,16 @@ def test_module_imports_only_numpy_scipy_and_errors():
     assert roots - stdlib == {"numpy", "scipy", "twin.kernel.errors"}
 
 
-def test_hill_estimate_of_a_shuffled_sequence_by_hand():
-    """1 .. 1000 in random order, k = 10: the threshold is the 11th largest value, 990, and
-    1 / alpha = mean(ln 991 .. ln 1000) - ln 990, whatever the order of the input."""
-    x = np.random.default_rng(8).permutation(np.arange(1.0, 1001.0))
-    h = q.hill_estimate(x, k=10)
-    assert h.threshold == 990.0
-    inv = sum(math.log(v) for v in range(991, 1001)) / 10 - math.log(990)
+@pytest.mark.parametrize("k,seed", [(10, 8), (600, 50), (500, 191)])
+def test_hill_estimate_of_a_shuffled_sequence_by_hand(k, seed):
+    """1 .. 1000 in random order: the threshold is the (k + 1)-th largest value, 1000 - k,
+    and 1 / alpha = mean(ln(1001 - k) .. ln 1000) - ln(1000 - k), whatever the order of the
+    input. (The orders of seeds 50 and 191 are ones where a partial sort around the wrong
+    index leaves another value just below the top k.)"""
+    x = np.random.default_rng(seed).permutation(np.arange(1.0, 1001.0))
+    h = q.hill_estimate(x, k=k)
+    assert h.threshold == 1000.0 - k
+    inv = sum(math.log(v) for v in range(1001 - k, 1001)) / k - math.log(1000 - k)
     assert h.alpha == pytest.approx(1.0 / inv, rel=1e-12)
 
 
