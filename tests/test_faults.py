@@ -10,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import simpy
 import yaml
 
 from tests.conftest import ROOT, scenario_dict
@@ -228,12 +229,33 @@ def test_checkpoints_cost_their_write_time():
 
 def test_a_failure_after_the_last_iteration_finds_the_job_done():
     """An accelerator failure scheduled after the job's last iteration ends stops nothing:
-    no failure is counted and the run is the clean run."""
+    no failure is counted and the run is the clean run. (The run ends with the job, so such a
+    fault never fires; a failure that reaches a finished job directly is ignored and says
+    so, which the fault log records as ``ignored (job finished)``.)"""
+    from types import SimpleNamespace
+
+    from workloads.job import CheckpointPolicy, JobController
+
     clean = _run(_scen(faults=[], job=JOB, workload__iterations=2)).summary
     late = {"kind": "accelerator_failure", "device": 1, "time_s": 3 * clean["makespan_s"]}
     s = _run(_scen(faults=[late], job=JOB, workload__iterations=2)).summary
     assert (s["failures"], s["restarts"], s["lost_work_s"]) == (0, 0, 0.0)
     assert s["makespan_s"] == clean["makespan_s"] and s["completed"]
+    env = simpy.Environment()
+    job = JobController(env, CheckpointPolicy(None, 0.0, 0.0), 1)
+    job.attach(SimpleNamespace(done=env.event().succeed()))
+    assert job.fail("device 1") is False and job.log.failures == []
+
+
+def test_energy_over_windows_by_hand():
+    """Segments 0-2 s at 100 W and 2-3 s at 50 W; windows 1.5-2.5 s and 2.8-4 s: 0.5 x 100
+    + 0.5 x 50 + 0.2 x 50 = 85 J; a window touching no segment adds nothing."""
+    from workloads.job import window_overlap
+
+    seg = [(0.0, 2.0, 100.0), (2.0, 3.0, 50.0)]
+    assert window_overlap(seg, [(1.5, 2.5), (2.8, 4.0)]) == pytest.approx(85.0, rel=1e-12)
+    assert window_overlap(seg, [(5.0, 6.0)]) == 0.0
+    assert window_overlap(seg, []) == 0.0
 
 
 def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):

@@ -284,3 +284,42 @@ def test_roofline_default_is_unchanged(tiny):
     a = _run(tiny).summary
     b = _run(tiny, {"model": "roofline"}).summary
     assert a["iteration_time_s"] == b["iteration_time_s"] and b["symmetry_used"]
+
+
+def test_each_block_beyond_max_streams_counts_once_unless_weighted():
+    """A lookup beyond ``max_streams`` counts as one clipped block by default, ``weight``
+    blocks when it stands for several; the report says how many."""
+    m = queue()
+    m.max_streams = 2
+    assert m.clip(5) == (2, 0) and m.clip((1, 4)) == (1, 1)
+    m.clip(3, weight=3.0)
+    assert m.clip(2) == (2, 0)  # within the limit: not clipped
+    (w,) = [w for w in m.report()["memory_warnings"] if "max_streams" in w]
+    assert w.startswith("5 block(s) ran next to more than max_streams = 2")
+
+
+def test_offered_load_counts_every_stream_of_the_mix():
+    """rho = op load + net x DMA load + h2d x copy load (all shares of the peak bandwidth):
+    0.5 + 0.2 + 0.35 = 1.05 with one network stream and one copy, oversubscribed; a model
+    made without a copy load (no data path) adds nothing for copies."""
+    m = QueueContention(op_load=0.5, dma_load=0.2, h2d_load=0.35, bytes_per_request=5120.0,
+                        service=service_distribution("exponential", mean=SBAR))
+    assert m.rho((1, 0)) == pytest.approx(0.7)
+    assert m.rho((1, 1)) == pytest.approx(1.05)
+    assert m.rho((0, 2)) == pytest.approx(1.2)
+    plain = queue(op_load=0.5, dma_load=0.2)
+    assert plain.rho((1, 2)) == plain.rho((1, 0)) == pytest.approx(0.7)
+
+
+def test_frfcfs_level_latency_is_the_mean_of_eight_batches(tiny):
+    """The FR-FCFS level report's op latency is the mean of the op's mean latency over the
+    first 8 batches (of 12) of the level's op class, with the standard error of those 8
+    (ddof 1, / sqrt 8)."""
+    scen = tiny(memory={"model": "frfcfs", "requests_per_batch": 256, "batches": 12})
+    m = build_memory_model(scen.memory, scen.cluster.device, scen.cluster.link,
+                           scen.cluster.links_per_edge, np.random.default_rng(0))
+    m.table(256, (1, 0))
+    lat = np.array([m.batch(256, (1, 0), r)[1].op_mean_latency_s for r in range(8)])
+    rep = m.level((1, 0))
+    assert rep.mean_wait_s == pytest.approx(lat.mean(), rel=1e-12)
+    assert rep.mean_wait_se_s == pytest.approx(lat.std(ddof=1) / math.sqrt(8), rel=1e-12)

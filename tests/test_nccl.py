@@ -169,3 +169,46 @@ def test_a_slower_protocol_adds_the_largest_flows_bandwidth_term():
     assert ph.step_latency_s == pytest.approx(HW_NVLINK["LL"] * 1e-6, rel=1e-12)
     slow = 3000.0 * 3 / bus * (3.0 - 1.0)  # LL on one node, not all-reduce: f = 1/3
     assert ph.base_latency_s == pytest.approx(BASE["LL"] * 1e-6 + slow, rel=1e-9)
+
+
+def _two_nodes():
+    link = "nvlink4-switch"
+    per_gpu = int(catalog("links").get(link).values["links_per_gpu"])
+    topo = build_topology("switched", (8, 2), link, per_gpu, nic_link="ib-ndr400-port")
+    specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)
+             for name in topo.link_types()}
+    return topo, Fabric(Engine(), topo, Router(topo), specs)
+
+
+def test_a_two_level_collective_is_tuned_on_its_slowest_ring():
+    """A hierarchical all-reduce over 2 nodes x 8 GPUs, small enough for LL: the protocol's
+    bandwidth term uses the slowest level's bus bandwidth (the network ring's, below the
+    NVLink ring's), once per phase as its largest flow's time x (1/f - 1) with f = 1/4 (LL,
+    all-reduce); the base latency is paid once (first phase); network phases step at LL's
+    network latency and NVLink phases at LL's NVLink latency x 1.8 (several nodes)."""
+    topo, fab = _two_nodes()
+    n = 4096.0
+    phases = collectives.collective_phases("allreduce", "hierarchical",
+                                           np.arange(16)[None, :], n, topo)
+    profiles = [fab.profile(ph) for ph in phases]
+    assert len(phases) >= 2
+    kinds = {p[1] for p in profiles}
+    assert kinds == {True, False}  # both levels
+    bus = min(p[0] for p in profiles)
+    assert bus < max(p[0] for p in profiles)
+    tuned = nccl.tune_phases("allreduce", phases, n, 16, fab)
+    for i, (ph, new, (_b, net, _h)) in enumerate(zip(phases, tuned, profiles, strict=True)):
+        step = HW_NET["LL"] if net else HW_NVLINK["LL"] * 1.8
+        assert new.step_latency_s == pytest.approx(step * 1e-6, rel=1e-12)
+        slow = float(np.max(ph.nbytes)) * ph.steps / bus * (4.0 - 1.0)
+        base = BASE["LL"] * 1e-6 if i == 0 else 0.0
+        assert new.base_latency_s == pytest.approx(base + slow, rel=1e-12)
+
+
+def test_phases_without_a_route_are_left_as_they_are():
+    """A phase whose pairs are each a device with itself crosses no link (profile: infinite
+    bandwidth): there is nothing to tune, the phases come back unchanged (the same list)."""
+    _topo, fab = _two_nodes()
+    same = [Phase(np.arange(4), np.arange(4), np.full(4, 1e3), 3)]
+    assert fab.profile(same[0])[0] == float("inf")
+    assert nccl.tune_phases("allgather", same, 4e3, 4, fab) is same

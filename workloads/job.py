@@ -49,9 +49,9 @@ class CheckpointPolicy:
             relaunch, checkpoint load), s.
     """
 
-    interval_iterations: int | None = None
-    write_s: float = 0.0
-    restart_s: float = 0.0
+    interval_iterations: int | None
+    write_s: float
+    restart_s: float
 
 
 class JobSpec(StrictModel):
