@@ -65,7 +65,6 @@ class ReplicaQuotient:
         self._preimage = np.full(n_links, -1, dtype=np.int64)
         self.canon = np.full(n_links, -1, dtype=np.int64)  # the cycle's link in the quotient
         self.cycle = np.zeros(n_links, dtype=np.int64)     # |C(l)|
-        self.plans = 0  # phase plans reduced
 
     def weight(self, links: np.ndarray) -> np.ndarray:
         """``n / |C(l)|``: bytes a link of the full network carries per byte its cycle's
@@ -130,7 +129,6 @@ class ReplicaQuotient:
         if len(reps) * self.order != f:
             raise QuotientBroken("a phase's flows are not one per replica orbit")
         new = self._cycles(np.unique(ent))
-        self.plans += 1
         canon = self.canon
         return ([tuple(canon[arr[i]].tolist()) for i in reps.tolist()], total[reps], new)
 

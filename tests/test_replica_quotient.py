@@ -309,3 +309,24 @@ def test_a_traced_run_that_breaks_the_quotient_starts_its_trace_again(tmp_path, 
     monkeypatch.setattr(R, "uses_quotient", lambda _s: False)
     full = R.run(scen, tmp_path / "full.h5")
     _assert_same_trace(got.trace_path, full.trace_path)
+
+
+def test_a_phase_without_flows_reduces_to_nothing():
+    """An empty phase plan has no representative, no bytes and no new link."""
+    q = _quotient([1, 0], 2, [True, False], np.ones(4))
+    routes, nbytes, new = q.reduce(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                   [], np.zeros(0))
+    assert routes == [] and len(nbytes) == 0 and len(new) == 0
+
+
+def test_a_link_whose_image_was_link_0_cannot_map_elsewhere_later():
+    """Two replicas swapped by the shift (devices 0 <-> 1). A first plan sends 0 -> 1 over link
+    3 and 1 -> 0 over link 0, so the shift maps link 3 onto link 0; a later plan whose image of
+    link 3 is link 2 is not invariant under the same shift and is refused (link 0 is a link
+    like any other)."""
+    q = _quotient([1, 0], 2, [True, False], np.ones(4))
+    src, dst = np.array([0, 1]), np.array([1, 0])
+    q.reduce(src, dst, [[3], [0]], np.ones(2))
+    assert q.image[3] == 0 and q.image[0] == 3
+    with pytest.raises(QuotientBroken, match="differs between phases"):
+        q.reduce(src, dst, [[3], [2]], np.ones(2))
