@@ -134,6 +134,7 @@ def test_fast_data_path_waits_only_for_the_first_input(no_data, tmp_path):
     ops = read_table(res.trace_path, "ops")
     waits = ops[ops.kind == "data_wait"]
     assert list(waits.iteration) == [0] and list(waits.mb) == [0]
+    assert list(waits.chunk) == [-1] and list(waits.layer) == [-1]  # a wait for input only
     first = (RANKS_PER_NODE * TOKENS * 2 / (H100_HOST["storage_read_gbps"] * 1e9)
              + d["preprocess_ms_per_sample"] * 1e-3
              + TOKENS * 16 / (H100_HOST["pcie_h2d_gbps"] * 1e9))

@@ -221,6 +221,11 @@ def test_ops_flops_add_up_to_the_executed_flops(tmp_path, sets):
     ops = read_table(res.trace_path, "ops")
     comm = ops.loc[ops.stream == "comm"]
     assert len(comm) and (comm.flops == 0.0).all()
+    # the compute stream's waits for TP (blocking collectives, or the last chunk of an
+    # overlapped block) carry no FLOPs and no microbatch, chunk or layer either
+    tp = ops.loc[(ops.stream == "compute") & (ops.kind == "tp")]
+    assert len(tp) and (tp.flops == 0.0).all()
+    assert ((tp.mb == -1) & (tp.chunk == -1) & (tp.layer == -1)).all()
     if sets == ["overlap.dp_buckets=false"]:
         assert (comm.kind == "dp").any()
     sizes = class_sizes(build(scen))

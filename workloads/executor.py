@@ -89,8 +89,6 @@ class Executor:
         iterations: iterations to run.
         recorder: trace sink.
         job: checkpoint barrier / failure / restart controller (``workloads.job``), or None.
-        before_block: called with the class id before every compute block (fault hooks
-            that change the class's accelerator, e.g. heavy-tailed HBM service).
         chained: run tensor-parallel collectives as chained fabric transfers instead of
             processes (faster; only for runs that nothing can abort or cut off).
         data: the data path (``workloads.data.DataPath``) of ``DATA`` instructions, or None.
@@ -118,11 +116,10 @@ class Executor:
 
     def __init__(self, env: simpy.Environment, layout: Layout, fabric: Fabric,
                  programs: dict[int, list[tuple]], blocks: dict[int, dict[str, Block]],
-                 accelerators: list[Accelerator], iterations: int, recorder: Recorder,
-                 job=None, before_block: Callable[[int], None] | None = None,
-                 chained: bool = False, data=None, overlap: OverlapSpec | None = None,
-                 streams: list | None = None, comm_energy=None, closed_form: bool = False,
-                 run_ahead: bool = False, optimistic: bool = False):
+                 accelerators: list[Accelerator], iterations: int, recorder: Recorder, *,
+                 chained: bool, closed_form: bool, run_ahead: bool, optimistic: bool, job=None,
+                 data=None, overlap: OverlapSpec | None = None, streams: list | None = None,
+                 comm_energy=None):
         self.env, self.layout, self.fabric = env, layout, fabric
         self.programs, self.blocks, self.accelerators = programs, blocks, accelerators
         self.iterations, self.recorder = iterations, recorder
@@ -135,7 +132,10 @@ class Executor:
         self._rendezvous: dict[tuple, list] = {}
         self._phase_cache: dict[tuple, object] = {}
         self._groups_cache: dict[tuple[str, int], tuple[np.ndarray, tuple[int, ...]]] = {}
-        self.job, self.before_block, self.chained, self.data = job, before_block, chained, data
+        self.job, self.chained, self.data = job, chained, data
+        # called with the class id before every compute block (set by the fault injector:
+        # faults that change the class's accelerator, e.g. heavy-tailed HBM service)
+        self.before_block: Callable[[int], None] | None = None
         self.overlap = ov = overlap if overlap is not None else OverlapSpec()
         self.streams, self.comm_energy = streams, comm_energy
         self.closed_form = closed_form and fabric.model == "flow"
@@ -221,9 +221,7 @@ class Executor:
                             t0, ahead = ahead, None
                             yield from self._blocked(cls, "tp", self._collective(
                                 "tp", cls, ins[1], ins[2], at=t0))
-                            st.tp_s += env.now - t0
-                            rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now,
-                                   0.0)
+                            self.tp_waited(cls, it, ins[1], t0, env.now)
                             continue
                         # rejoin the clock where the run ended (or where it was taken back)
                         r, ahead = (yield from rejoin(self, cls, it, ahead)), None
@@ -247,8 +245,7 @@ class Executor:
                 elif op == TP:
                     yield from self._blocked(cls, "tp", self._collective("tp", cls, ins[1],
                                                                           ins[2]))
-                    st.tp_s += env.now - t0
-                    rec.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t0, env.now, 0.0)
+                    self.tp_waited(cls, it, ins[1], t0, env.now)
                 elif op == SEND:
                     if not ov.pipeline:  # the sender waits for delivery
                         yield from self._blocked(cls, "recv", self._spawn(
@@ -344,8 +341,7 @@ class Executor:
         elif op == TP:
             t1 = self._tp_at(cls, index, ins[1], ins[2], t)
             if t1 is not None:
-                self.stats[cls].tp_s += t1 - t
-                self.recorder.op(cls, it, "compute", "tp", ins[1], -1, -1, -1, t, t1, 0.0)
+                self.tp_waited(cls, it, ins[1], t, t1)
         else:
             return None
         if t1 is not None:
@@ -775,8 +771,12 @@ class Executor:
             return
         t0 = self.env.now
         yield from self._blocked(cls, "tp", ev)
-        self.stats[cls].tp_s += self.env.now - t0
-        self.recorder.op(cls, it, "compute", "tp", algo, -1, -1, -1, t0, self.env.now, 0.0)
+        self.tp_waited(cls, it, algo, t0, self.env.now)
+
+    def tp_waited(self, cls: int, it: int, algo: str, t0: float, t1: float) -> None:
+        """Book a TP wait of ``cls``'s compute stream (``algo``) from ``t0`` to ``t1``, s."""
+        self.stats[cls].tp_s += t1 - t0
+        self.recorder.op(cls, it, "compute", "tp", algo, -1, -1, -1, t0, t1, 0.0)
 
     def _tp_fifo(self, cls: int) -> Fifo:
         key = (self.epoch, cls)

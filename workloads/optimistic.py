@@ -74,9 +74,7 @@ def rejoin(ex, cls: int, it: int, t: float):
             yield env.timeout_at(rw.at)
         else:
             yield rw.event
-            ex.stats[cls].tp_s += env.now - rw.t0
-            ex.recorder.op(cls, it, "compute", "tp", rw.name.removeprefix("tp_"), -1, -1, -1,
-                           rw.t0, env.now, 0.0)
+            ex.tp_waited(cls, it, rw.name.removeprefix("tp_"), rw.t0, env.now)
         return rw.index
     if ex.optimistic is not None:
         ex.optimistic.settle(cls)
