@@ -256,9 +256,7 @@ class Accelerator:
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
         self.mem_scale = 1.0        # factor on memory time (contention, HBM degradation)
-        self.transfers = 0          # communication transfers in flight (the executor counts)
-        self.memory = None          # HBM contention model (devices.memory), None: roofline
-        self.memory_rng: np.random.Generator | None = None  # draws of the memory model
+        self.memory = None          # HBM contention model (devices.memory) of the device agent
         self.streams = None         # shared HBM / SMs (devices.interference), None: roofline
         self.power = setup = power if power is not None else PowerSetup(None, model)
         self.dev = dev = setup.dev
@@ -473,12 +471,12 @@ class Accelerator:
         """Run ``block`` from ``t0`` (s, not before the clock) without the clock: what
         :meth:`compute` does, at once; returns the block's end, s. None (nothing done beyond
         the idle time up to ``t0``) when the block needs the clock: a P-state change or
-        transition, a throttle decision due, an HBM model without a device agent, or a
-        stream running on the device agent (beside none: :meth:`_alone_at`, taken back by
-        ``workloads.quiet`` if one starts). Only where nothing else reads or changes this
-        agent meanwhile (``Executor``'s ``run_ahead``); bit-identical to :meth:`compute`."""
+        transition, a throttle decision due, or a stream running on the device agent (beside
+        none: :meth:`_alone_at`, taken back by ``workloads.quiet`` if one starts). Only where
+        nothing else reads or changes this agent meanwhile (``Executor``'s ``run_ahead``);
+        bit-identical to :meth:`compute`."""
         streams = self.streams
-        if (not streams.quiet) if streams is not None else self.memory is not None:
+        if streams is not None and not streams.quiet:
             return None
         if t0 > self.last_t:
             self._idle_to(t0)
@@ -511,10 +509,9 @@ class Accelerator:
 
     def _cost(self, block, ps: int) -> tuple:
         """(duration s, FLOPs, dynamic J, HBM J, block) of ``block`` at P-state ``ps`` with the
-        memory time as it is now (cached per block, state and memory factor)."""
+        memory time as it is now, without a device agent (cached per block, state and memory
+        factor; with one, :meth:`compute` asks the agent's ``price``)."""
         ms = self.mem_scale
-        if self.memory is not None:  # HBM contention with the transfers in flight now
-            ms *= self.memory.draw_block(block, self.transfers, self.memory_rng, self.n)
         key = (id(block), ps, ms)
         c = self._costs.get(key)
         if c is None:

@@ -66,7 +66,6 @@ def test_every_stream_started_has_ended(case):
     sets, updates = CASES[case]
     _model, ex, rows = _run(sets, **updates)
     assert rows
-    assert [a.transfers for a in ex.accelerators] == [0] * len(ex.accelerators)
     if ex.streams is not None:
         assert all(s.mix == (0, 0) and s._sm == 0 for s in ex.streams), case
     else:

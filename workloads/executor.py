@@ -720,17 +720,17 @@ class Executor:
             self.accelerators[c].communication(t0, now, per_dev, sms, ce.activity)
 
     def _in_flight(self, classes, delta: int, kind: str = "dp") -> None:
-        """Count communication transfers in flight per class: their DMA contends with the
-        class's compute kernels at HBM (``devices.memory``); start (``delta`` > 0) or end a
-        stream of ``kind`` on the class's device agent (``devices.interference``)."""
+        """Start (``delta`` > 0) or end a communication stream of ``kind`` on the device
+        agent of each class (``devices.interference``: its DMA contends with the class's
+        compute kernels at HBM); nothing without device agents."""
         streams = self.streams
+        if streams is None:
+            return
         for c in classes:
-            self.accelerators[c].transfers += delta
-            if streams is not None:
-                if delta > 0:
-                    streams[c].start(kind)
-                else:
-                    streams[c].end(kind)
+            if delta > 0:
+                streams[c].start(kind)
+            else:
+                streams[c].end(kind)
 
     # ----------------------------------------------------------------- TP overlap
     def _tp_overlapped(self, cls: int, it: int, ins: tuple, blocks: dict[str, Block],
