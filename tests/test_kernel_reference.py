@@ -157,6 +157,20 @@ def test_every_kernel_flops_and_bytes_match_the_shape_count(spec, t, sp, attenti
             assert got[k][1] == pytest.approx(by, rel=1e-12), (name, k, "bytes")
 
 
+#: kernels that are matrix products (tensor cores): the projections, the MLP and the attention
+#: core's batched products; everything else (norms, rotary, softmax, dropout, activation,
+#: residual adds) is element-wise work on the vector units
+MATMULS = ("qkv", "attn_core", "attn_scores", "attn_context", "attn_out", "mlp_up", "mlp_down")
+
+
+@pytest.mark.parametrize("spec,t,sp,attention", CASES)
+def test_only_the_matrix_products_run_on_the_tensor_cores(spec, t, sp, attention):
+    tc, _m = _costs(spec, t, sp, attention)
+    for name, blk in _blocks(tc).items():
+        for k in blk.kernels:
+            assert k.gemm == (k.name.split(".")[0] in MATMULS), (name, k.name)
+
+
 @pytest.mark.parametrize("spec", [GPT, LLAMA])
 def test_backward_runs_the_forward_kernels_in_reverse_order(spec):
     tc, _ = _costs(spec)
