@@ -441,3 +441,20 @@ def test_rail_rings_reach_nic_bandwidth_per_rail():
     nic = [lid for lid in range(topo.n_links) if topo.edge_attr(lid, "link") == ib.name]
     loads = fab.link_bytes[nic]
     assert loads[loads > 0].std() / loads[loads > 0].mean() < 1e-9
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
+def test_a_collective_of_one_rank_or_of_no_bytes_has_no_phases(op):
+    """Nothing to exchange: groups of one member (any bytes), or groups of four moving 0
+    bytes, give no phase for any algorithm; four members and bytes give some."""
+    from workloads.collectives import collective_phases
+
+    topo = build_topology("torus2d", (4, 4), "a")
+    one = np.arange(16)[:, None]
+    four = np.arange(16).reshape(4, 4)
+    for algo in ("ring", "bidir_ring"):
+        assert collective_phases(op, algo, one, 1e6, topo) == []
+        assert collective_phases(op, algo, four, 0.0, topo) == []
+        assert collective_phases(op, algo, four, 1e6, topo) != []
+    # one rank is no 2D sub-grid, and needs none: nothing to exchange
+    assert collective_phases(op, "torus2d", one, 1e6, topo) == []
