@@ -493,9 +493,9 @@ def test_sequential_interleave_sweeps_channels_then_moves_to_the_next_bank():
 
 def test_backlogged_streams_interleave_round_robin():
     """Requests are ordered by arrival, then by position in their stream, then by stream id:
-    three streams backlogged from t = 0 interleave round robin in the order of their
-    ids (0, 2, 5, 0, 2, 5, ...), and a
-    fourth starting later comes after all of them; written out by hand for 4 requests each."""
+    three streams backlogged from t = 0 interleave round robin in the order of their ids
+    (0, 2, 5, 0, 2, 5, ...), and a fourth starting later comes after all of them; written out
+    by hand for 4 requests each."""
     spec = load_hbm_spec("hbm3")
     streams = [StreamSpec(n_requests=4), StreamSpec(n_requests=4, stream_id=5),
                StreamSpec(n_requests=4, stream_id=2),

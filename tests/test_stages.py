@@ -341,8 +341,8 @@ def test_block_times_are_a_layers_forward_and_backward(tmp_path):
 @pytest.mark.parametrize("pp", [1, 2, 5])
 def test_a_tied_output_matrix_is_held_twice_only_when_the_pipeline_splits_it(tied, pp):
     """With tied embeddings the input embedding and the output layer share one vocab x hidden
-    matrix; split over pipeline stages, the last stage keeps its own copy (Megatron-LM keeps
-    the two in step with an all-reduce of their gradients): the stages together hold
+    matrix; split over pipeline stages, the last stage keeps its own copy (Megatron-LM's
+    layout): the stages together hold
     V h / t parameters more than the model has, on the last stage only, and nothing more
     without a pipeline or without tying."""
     from workloads.memory import memory_per_stage

@@ -171,8 +171,8 @@ class TransformerCosts:
 
     def last_stage_head_params(self, pp: int) -> int:
         """Output-layer parameters the last of ``pp`` pipeline stages holds: with tied
-        embeddings split over stages it keeps its own copy of the shared matrix (its
-        gradient is all-reduced with the first stage's), else :meth:`output_params`."""
+        embeddings split over stages it keeps its own copy of the shared matrix (as
+        Megatron-LM lays it out), else :meth:`output_params`."""
         tied_copy = self.m.vocab * self.m.hidden if self.m.tied_embeddings and pp > 1 else 0
         return self.output_params() + tied_copy
 
