@@ -305,3 +305,13 @@ def test_per_device_draws_false_keeps_symmetry():
     assert shared["symmetry_used"] and not each["symmetry_used"]
     assert shared["rank_classes"] < each["rank_classes"] == each["devices"]
     assert shared["hbm_max_streams"] >= 2 and shared["hbm_slowdown_mean"] > 1.0
+
+
+def test_sm_sharing_without_a_memory_model_serves_no_hbm_streams():
+    """Device agents for SM sharing alone (``overlap.sm_contention``, roofline memory): the
+    collectives take SMs (``sm_max_used`` > 0), but no HBM controller is modelled, so it
+    served no streams (``hbm_max_streams`` 0) and slowed nothing for HBM."""
+    s = run(load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "workload.iterations=1", "trace.enabled=false", "overlap.sm_contention=true"])).summary
+    assert s["sm_max_used"] > 0
+    assert s["hbm_max_streams"] == 0 and s["hbm_slowdown_mean"] == 1.0
