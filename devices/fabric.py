@@ -134,7 +134,7 @@ class Fabric:
         # orbit on the quotient network; link counters are kept in quotient link ids and
         # expanded on reading, closed-form phases count on the real links beside them
         self.quotient: ReplicaQuotient | None = None
-        self._port_ids: dict[tuple, tuple] = {}  # see _port_plan
+        self._port_plans: dict[tuple, tuple] = {}  # see _port_plan
         self.quotient_fallback: str | None = None  # why a quotient run was redone in full
         self._closed_done: dict[Phase, int] = {}  # executions of each closed-form phase
         # run_closed's executions not yet added to the counters, per phase list: [parts, k]
@@ -251,7 +251,7 @@ class Fabric:
                                      or self._plans):
             raise ValueError("set_quotient: flow model only, before any phase is planned")
         self.quotient = quotient
-        self._port_ids.clear()
+        self._port_plans.clear()
 
     def allow_lockstep(self, phases: list[Phase]) -> None:
         """Let ``phases`` go to the flow engine as lock-step flows where
@@ -266,7 +266,7 @@ class Fabric:
         if not self.ports:
             return
         key = tuple(devices)
-        hit = self._port_ids.get(key)
+        hit = self._port_plans.get(key)
         if hit is None:
             hit = self._port_plan(key)
         dev, groups, engine_ids = hit
@@ -287,7 +287,7 @@ class Fabric:
         q = self.quotient
         if q is None:
             out = (dev, [(ids, 1.0)], ids.tolist())
-            self._port_ids[devices] = out
+            self._port_plans[devices] = out
             return out
         learnt = bool((q.canon[ids] >= 0).all())
         ids = np.unique(q.canon[ids])
@@ -295,7 +295,7 @@ class Fabric:
         scales = q.capacity_scale(ids)
         out = (dev, [(ids[scales == s], s) for s in np.unique(scales).tolist()], ids.tolist())
         if learnt:
-            self._port_ids[devices] = out
+            self._port_plans[devices] = out
         return out
 
     def with_ports(self, routes: list, src, dst) -> list:

@@ -129,8 +129,8 @@ def run(pairs: int = 4) -> pd.DataFrame:
     df["cold_ratio_median"], df["cold_ratio_min"], df["cold_ratio_max"] = zip(
         *(spread.get(v, nan3) for v in df.variant), strict=True)
     # cold target: on the median of the pairs where measured, else on the one cold run
-    cold = [m if m == m else r for m, r in zip(df.cold_ratio_median, df.wall_vs_roofline,
-                                                strict=True)]
+    cold = [r if math.isnan(m) else m for m, r in zip(df.cold_ratio_median,
+                                                       df.wall_vs_roofline, strict=True)]
     df["met"] = [bool(r <= 3.0) if c else None for c, r in zip(contended, cold, strict=True)]
     return df
 
