@@ -365,9 +365,12 @@ class Accelerator:
 
     def sync(self) -> None:
         """The members of a TP-group agent meet (a collective, a wait, a send): none is
-        behind the group's clock any more. Nothing to do for a one-rank agent."""
+        behind the group's clock any more (nor its device agent's). Nothing to do for a
+        one-rank agent."""
         if self._lags is not None:
             self._lags = ()
+        if self.streams is not None:
+            self.streams.sync()
 
     def checkpoint(self) -> tuple:
         """Everything :meth:`run_at`, :meth:`sync`, :meth:`communication` and the idle

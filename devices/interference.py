@@ -114,6 +114,8 @@ class Price:
         n_requests: request class of its bandwidth-bound part.
         slowdown: HBM factor of its bandwidth-bound part.
         sm_factor: factor on its math time.
+        members_s: the members' mean contended duration, s (``duration_s`` but for a group
+            whose members draw apart: :meth:`DeviceStreams.price`).
     """
 
     duration_s: float
@@ -126,9 +128,11 @@ class Price:
     n_requests: int
     slowdown: float
     sm_factor: float
+    members_s: float
 
 
 _REPRICE = object()  # interrupt cause: the streams beside a running block changed
+_ALIKE = (1.0,)  # the HBM factors of a part nothing contends with: one, for every member
 
 
 @dataclass(frozen=True)
@@ -200,9 +204,10 @@ class DeviceStreams:
         on_network: called with +1 / -1 when a network stream starts / ends (the PCIe
             switches count NIC flows), or None.
         group: devices that meet after every block (a tensor-parallel group) when one agent
-            stands for many (rank symmetry with ``memory.per_device_draws: false``): a block
-            draws once per member and takes the slowest, as the group's TP collective waits
-            for it (1: one draw).
+            stands for many (rank symmetry with ``memory.per_device_draws: false``, or one
+            agent per TP group, ``Scenario.tp_groups``): a block draws once per member and
+            lasts as long as its slowest member's, as the group's TP collective waits for it
+            (1: one draw).
         on_ports: ``memory.transfer_cap``: called with the HBM bandwidth (bytes/s, ``inf``:
             uncapped) the controller gives the network DMA of the class's devices whenever
             it changes (:meth:`port_capacity`); the fabric caps the devices' HBM ports with
@@ -258,6 +263,11 @@ class DeviceStreams:
         self._alone_op_w = (self.n / self.group * self.group
                             if memory is not None and latency is None else 0.0)
         self.on_change: Callable[[], None] | None = None
+        # a group whose members draw apart: how far each member is ahead of the agent's clock
+        # since the members last met (None: in step; see sync), and the lags a block priced
+        # at the clock leaves if it runs at that price to its end (see price, run_block)
+        self._lags: list[float] | None = None
+        self._after: tuple[Price, list[float]] | None = None
         # runs a flush once the instant's other changes are made: the engine's end-of-instant
         # callbacks (``Engine.at_instant_end``), a zero-delay event on a plain SimPy environment
         self._defer: Callable[[Callable[..., None]], None] = getattr(
@@ -390,72 +400,96 @@ class DeviceStreams:
                                             mk(block.name, lat) if lat else None)
         return hit
 
-    def price(self, acc, block, ps: int) -> Price:
+    def price(self, acc, block, ps: int, in_step: bool = False) -> Price:
         """The cost of the whole of ``block`` on the accelerator agent ``acc`` at P-state
         ``ps`` if the streams running now ran beside all of it (nothing is accounted: a
         table draw is booked on the controller model, except alone, where the HBM factor is 1
-        without a draw and :meth:`_account` books the level (0, 0) per piece that ran)."""
-        model, dev = acc.model, acc.dev
+        without a draw and :meth:`_account` books the level (0, 0) per piece that ran).
+
+        An agent for a ``group`` of devices draws each member's factors and prices each
+        member's block. Member ``j`` starts it ``lag_j`` ahead of the agent's clock (what the
+        blocks since the members last met left, :meth:`sync`; none if ``in_step``) and the
+        block lasts until the last member ends, ``max_j (d_j - lag_j)``, as the group's next
+        TP collective waits for it: its price is that member's (energy, HBM factor) with that
+        span, while ``hbm_s`` weights each part by the members' mean factor and ``members_s``
+        is the members' mean duration (what their own blocks see)."""
         sm = self.sm_factor()
-        math_s = dev.math_scale[ps] * sm
-        ms = acc.mem_scale
         mem = self.memory
         mix = self.mix
-        s_bw = 1.0
+        n_req = 0
+        bw_part = 0  # index of the bandwidth-bound part in parts (None: none)
         if mem is None:
-            parts = [(block, 1.0)]
-            n_req = 0
+            parts = [(block, _ALIKE)]
+            bw_part = None
         elif self.latency is None:
             mix = mem.clip(mix, self.n)
-            s_bw = 1.0 if mix == (0, 0) else self._draw(mem, block, mix)
-            parts = [(block, s_bw)]
+            parts = [(block, _ALIKE if mix == (0, 0) else self._draws(mem, block, mix))]
             n_req = mem.request_class(block)
         else:
             bw, lat = self._parts(block)
             mix = mem.clip(mix, self.n)
             parts = []
-            n_req = 0
             if bw is not None:
-                s_bw = self._draw(mem, bw, mix)
                 n_req = mem.request_class(bw)
-                parts.append((bw, s_bw))
+                parts.append((bw, self._draws(mem, bw, mix)))
+            else:
+                bw_part = None
             if lat is not None:
-                parts.append((lat, self._latency_draw(lat, mix)))
-        dur = flops = e_dyn = e_mem = 0.0
-        base = hbm = 0.0
-        for part, f in parts:
-            m = ms * f
-            key = (id(part), math_s, m, dev.math_scale[ps], ms)
-            hit = self._costs.get(key)
-            if hit is None:
-                c = model.block_cost(part, math_s, m)
-                hit = self._costs[key] = (c.duration_s, c.gemm_flops, c.compute_j, c.memory_j,
-                                          model.block_cost(part, dev.math_scale[ps],
-                                                           ms).duration_s)
+                parts.append((lat, self._latency_draws(lat, mix)))
+        costs = [[self._cost(acc, part, sm, ps, f) for f in fs] for part, fs in parts]
+        g = max(len(fs) for _, fs in parts)
+        j = 0
+        span = after = None
+        if g > 1:  # the group's members priced apart: the last to end sets the block's price
+            durs = [sum(c[i if len(c) > 1 else 0][0] for c in costs) for i in range(g)]
+            lags = None if in_step else self._lags
+            ends = durs if lags is None else [d - x for d, x in zip(durs, lags, strict=True)]
+            span = max(ends)
+            j = ends.index(span)
+            after = [span - e for e in ends]
+        dur = flops = e_dyn = e_mem = base = hbm = 0.0
+        for c, (_, fs) in zip(costs, parts, strict=True):
+            hit = c[j if len(c) > 1 else 0]
             dur += hit[0]
             flops += hit[1]
             e_dyn += hit[2]
             e_mem += hit[3]
             base += hit[4]
-            hbm += hit[4] * f
-        return Price(dur, flops, e_dyn * dev.dyn_scale[ps], e_mem, base, hbm, mix, n_req, s_bw,
-                     sm)
+            hbm += hit[4] * (fs[0] if len(fs) == 1 else sum(fs) / len(fs))  # members' mean
+        fs = parts[bw_part][1] if bw_part is not None else _ALIKE
+        if span is None:
+            return Price(dur, flops, e_dyn * acc.dev.dyn_scale[ps], e_mem, base, hbm, mix,
+                         n_req, fs[0], sm, dur)
+        p = Price(span, flops, e_dyn * acc.dev.dyn_scale[ps], e_mem, base, hbm, mix, n_req,
+                  fs[j if len(fs) > 1 else 0], sm, sum(durs) / g)
+        if not in_step:
+            self._after = (p, after)
+        return p
+
+    def _cost(self, acc, part, sm: float, ps: int, f: float) -> tuple:
+        """``(duration, GEMM FLOPs, dynamic energy at the top P-state's scale, memory energy,
+        uncontended duration)`` of ``part`` on ``acc`` at P-state ``ps`` with SM factor
+        ``sm`` on its math time and HBM factor ``f`` on its memory time (cached)."""
+        dev = acc.dev
+        math_s = dev.math_scale[ps] * sm
+        ms = acc.mem_scale
+        m = ms * f
+        key = (id(part), math_s, m, dev.math_scale[ps], ms)
+        hit = self._costs.get(key)
+        if hit is None:
+            c = acc.model.block_cost(part, math_s, m)
+            hit = self._costs[key] = (c.duration_s, c.gemm_flops, c.compute_j, c.memory_j,
+                                      acc.model.block_cost(part, dev.math_scale[ps],
+                                                           ms).duration_s)
+        return hit
 
     def price_alone(self, acc, block, ps: int) -> Price:
         """:meth:`price` while :attr:`quiet` (cached: nothing beside the block, nothing drawn)."""
         key = (id(block), ps, acc.mem_scale)
         p = self._alone.get(key)
         if p is None:
-            p = self._alone[key] = self.price(acc, block, ps)
+            p = self._alone[key] = self.price(acc, block, ps, in_step=True)
         return p
-
-    def block_cost(self, acc, block, ps: int) -> tuple:
-        """``(duration, gemm_flops, dynamic energy, memory energy, block)`` of ``block`` on the
-        accelerator agent ``acc`` at P-state ``ps`` next to the streams running now (accounted
-        as one piece: the whole block at this mix)."""
-        p = self.price(acc, block, ps)
-        self._account(block, p, 1.0)
-        return p.duration_s, p.gemm_flops, p.compute_j, p.memory_j, block
 
     def ran_alone(self, block, p: Price) -> None:
         """Account the whole of ``block`` run alone at price ``p`` (:meth:`price_alone`)
@@ -483,12 +517,18 @@ class DeviceStreams:
         self._running = (proc, self.alone_key)
 
     def checkpoint(self) -> tuple:
-        """What :meth:`ran_alone` changes, as it stands now (:meth:`restore`)."""
-        return self._w, self._w_hbm, self._w_dur, self._alone_w
+        """What :meth:`ran_alone` and :meth:`sync` change, as it stands now
+        (:meth:`restore`)."""
+        return self._w, self._w_hbm, self._w_dur, self._alone_w, self._lags
 
     def restore(self, cp: tuple) -> None:
         """Return to a :meth:`checkpoint` (blocks run alone since are taken back)."""
-        self._w, self._w_hbm, self._w_dur, self._alone_w = cp
+        self._w, self._w_hbm, self._w_dur, self._alone_w, self._lags = cp
+
+    def sync(self) -> None:
+        """The members of the group meet (a collective, a wait, a send): none is ahead of
+        the agent's clock any more."""
+        self._lags = None
 
     def run_block(self, acc, block, ps: int, stretch: float, first: Price,
                   start: float | None = None):
@@ -539,6 +579,10 @@ class DeviceStreams:
         finally:
             self._running = None
             self._ports()
+            if p is not first:  # re-priced: the pieces' members are not tracked apart
+                self._lags = None
+            elif self._after is not None and self._after[0] is first:
+                self._lags = self._after[1]
         return env.now - t0, flops, e_dyn, e_mem
 
     def _key(self) -> tuple:
@@ -574,23 +618,24 @@ class DeviceStreams:
             self._running = (proc, None)  # one interrupt at a time; the block re-reads the mix
             proc.interrupt(_REPRICE)
 
-    def _draw(self, model, part, mix: tuple[int, int]) -> float:
-        """HBM factor of a part from the model's cached tables: the slowest of ``group``
-        draws."""
+    def _draws(self, model, part, mix: tuple[int, int]) -> list[float]:
+        """HBM factors of a part from the model's cached tables, one per member of the
+        ``group``."""
         g = self.group
         rng = self._indices if model is self.memory and self._indices is not None else self.rng
-        return model.draw_block(part, mix, rng, self.n / g, g)
+        f = model.draw_block(part, mix, rng, self.n / g, g)
+        return f if g > 1 else [f]
 
-    def _latency_draw(self, lat, mix: tuple[int, int]) -> float:
-        """HBM factor of a latency-bound part (fresh queue batches, or a latency table); the
-        slowest of ``group`` draws."""
+    def _latency_draws(self, lat, mix: tuple[int, int]) -> list[float]:
+        """HBM factors of a latency-bound part (fresh queue batches, or a latency table), one
+        per member of the ``group``."""
         model = self.latency
         if not hasattr(model, "fresh_latency"):
-            return self._draw(model, lat, mix)
+            return self._draws(model, lat, mix)
         n = model.requests_for(lat.bytes)
         draws = self._fresh(model, n, mix, self.group)
         model.record_many(mix, draws, self.n / self.group)
-        return max(draws)
+        return draws
 
     def _fresh(self, model, n: int, mix: tuple[int, int], count: int) -> list[float]:
         """The next ``count`` fresh latency draws of ``n`` requests at ``mix``, each rounded
@@ -629,7 +674,7 @@ class DeviceStreams:
         w = f * self.n
         self._w += p.base_s * w
         self._w_hbm += p.hbm_s * w
-        self._w_dur += p.duration_s * w
+        self._w_dur += p.members_s * w
         if sum(mix) > 0 or f < 1.0:  # contended, or a piece of a re-priced block
             rec = self.records.setdefault(mix, [])
             if len(rec) < _KEEP:

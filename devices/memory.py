@@ -242,19 +242,19 @@ class MemoryContention(ABC):
         return tab
 
     def draw(self, nbytes: float, k: int | Mix, rng: np.random.Generator, weight: float = 1.0,
-             key: Hashable | None = None, count: int = 1) -> float:
+             key: Hashable | None = None, count: int = 1) -> float | list[float]:
         """Slowdown of one executed op moving ``nbytes`` next to ``k`` transfers.
 
         Draws one batch of the op class's cached distribution with ``rng``; records the draw
         (``weight``: devices the op stands for). ``key`` (e.g. the block's id) caches the op
         class so ``nbytes`` is not re-classified on every call. ``count`` > 1: that many
-        draws, each recorded, in one call of ``rng`` (the same numbers as ``count`` calls);
-        returns the largest (the slowest member of a group that meets after the op).
+        draws, each recorded, in one call of ``rng`` (the same numbers as ``count`` calls),
+        returned as a list (one per member of a group that runs the op side by side).
         """
         k = self.clip(k, weight * count)
         if k == (0, 0):
             self.record((0, 0), 1.0, weight * count)
-            return 1.0
+            return 1.0 if count == 1 else [1.0] * count
         self._weight[k] += weight * count
         n = self._bucket.get(key) if key is not None else None
         if n is None:
@@ -266,14 +266,16 @@ class MemoryContention(ABC):
             tab = self.table(n, k)
         vals = tab.values
         if count == 1:
-            s = total = vals[rng.integers(len(vals))]
-        else:  # a handful of draws: Python floats beat NumPy's per-call cost
-            v = [vals[i] for i in rng.integers(len(vals), size=count)]
-            s, total = max(v), sum(v)
-        self._sum[k] += weight * total
-        if s > self._max:
-            self._max = s
-        return s
+            s = vals[rng.integers(len(vals))]
+            self._sum[k] += weight * s
+            if s > self._max:
+                self._max = s
+            return s
+        # a handful of draws: Python floats beat NumPy's per-call cost
+        v = [vals[i] for i in rng.integers(len(vals), size=count)]
+        self._sum[k] += weight * sum(v)
+        self._max = max(self._max, *v)
+        return v
 
     def clip(self, k: int | Mix, weight: float = 1.0) -> Mix:
         """The mix simulated for ``k``: at most ``max_streams`` streams (network first).
@@ -307,7 +309,7 @@ class MemoryContention(ABC):
         return n
 
     def draw_block(self, block, k: int | Mix, rng: np.random.Generator,
-                   weight: float = 1.0, count: int = 1) -> float:
+                   weight: float = 1.0, count: int = 1) -> float | list[float]:
         """:meth:`draw` for a ``workloads.transformer.Block`` (its :meth:`request_class`)."""
         self.request_class(block)
         return self.draw(0.0, k, rng, weight, id(block), count)

@@ -307,6 +307,23 @@ def test_per_device_draws_false_keeps_symmetry():
     assert shared["hbm_max_streams"] >= 2 and shared["hbm_slowdown_mean"] > 1.0
 
 
+def test_copies_of_a_class_count_once_per_device():
+    """The data path's host-to-device copies beside FR-FCFS, 16 loading ranks on two hosts
+    (TP 4 x DP 4): a PCIe port copies one microbatch at a time, so a device serves at most
+    the compute stream and one copy (2 streams; one agent per rank shows it). An agent that
+    stands for several ranks (rank symmetry, or one agent per TP group) counts its ranks'
+    copies running at once as that one copy per device, not one stream per rank."""
+    sets = ["workload.parallelism.tp=4", "workload.parallelism.dp=4",
+            "workload.iterations=2", "memory.model=frfcfs"]
+    runs = {name: run(_scen("data_starved.yaml", sets + extra)).summary for name, extra in (
+        ("symmetric", ["memory.per_device_draws=false"]), ("groups", []),
+        ("ranks", ["simulation.tp_group_agents=false"]))}
+    assert runs["symmetric"]["symmetry_used"]
+    assert runs["groups"]["rank_classes"] == 4 and runs["ranks"]["rank_classes"] == 16
+    assert [r["hbm_max_streams"] for r in runs.values()] == [2, 2, 2]
+    assert all(r["data_wait_fraction"] > 0.1 for r in runs.values())  # the copies ran
+
+
 def test_sm_sharing_without_a_memory_model_serves_no_hbm_streams():
     """Device agents for SM sharing alone (``overlap.sm_contention``, roofline memory): the
     collectives take SMs (``sm_max_used`` > 0), but no HBM controller is modelled, so it

@@ -333,13 +333,45 @@ def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
         assert group[key] == pytest.approx(exact[key], rel=5e-3), key
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_agent_per_tp_group_with_per_device_hbm_draws_agrees_with_exact_mode(case):
+    """FR-FCFS HBM contention drawn per device (the default): one agent per tensor-parallel
+    group whose device agent draws each member's factors, against exact mode (one agent and
+    one device agent per rank, every flow; other draws of the same tables): iteration time,
+    energy, makespan and the contention summary within the fast mode's 0.5%, with fewer
+    agents and fewer events than one agent per rank."""
+    runs = {}
+    for mode, sim in (("group", {}), ("rank", {"tp_group_agents": False}),
+                      ("exact", {"exact": True})):
+        d = _scenario(mode == "exact", **CASES[case])
+        d["memory"] = {"model": "frfcfs"}
+        d["simulation"].update(**sim)
+        runs[mode] = run(load_scenario(d)).summary
+    group, rank, exact = runs["group"], runs["rank"], runs["exact"]
+    tp = CASES[case].get("parallelism", {"tp": 2})["tp"]
+    assert "tp_group_agents" in group["shortcuts_used"]
+    assert "tp_group_agents" not in rank["shortcuts_used"] + exact["shortcuts_used"]
+    assert group["rank_classes"] == group["devices"] // tp
+    assert rank["rank_classes"] == exact["rank_classes"] == exact["devices"]
+    assert group["events"] < rank["events"]
+    assert group["hbm_max_streams"] == exact["hbm_max_streams"]
+    for key in ("iteration_time_s", "energy_j", "makespan_s", "hbm_slowdown_mean",
+                "contention_slowdown_mean"):
+        assert group[key] == pytest.approx(exact[key], rel=5e-3), key
+
+
 def test_tp_group_agents_stay_off_where_more_than_jitter_tells_ranks_apart():
-    """A fault, a memory model drawing per device, or a TP of one: one agent per rank."""
+    """A fault, a memory model drawing per device beside jitter, per-device HBM draws with
+    sharded data parallelism (the members would issue their gathers apart), or a TP of one:
+    one agent per rank."""
     base = _scenario(False)
     base["simulation"]["compute_jitter_cov"] = 0.05
+    sharded = _scenario(False, sharding={"strategy": "full_shard"})
     for extra in ({"memory": {"model": "frfcfs"}},
                   {"workload": {**base["workload"], "parallelism": {"dp": 4, "tp": 1, "pp": 4}}},
-                  {"simulation": {**base["simulation"], "tp_group_agents": False}}):
+                  {"simulation": {**base["simulation"], "tp_group_agents": False}},
+                  {"simulation": sharded["simulation"], "workload": sharded["workload"],
+                   "memory": {"model": "frfcfs"}}):
         s = run(load_scenario(base | extra)).summary
         assert "tp_group_agents" not in s["shortcuts_used"]
         assert s["rank_classes"] == s["devices"]

@@ -69,7 +69,7 @@ def test_a_block_with_no_transfer_beside_it_is_not_slowed():
     block = SimpleNamespace(bytes=1e8)
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
-    assert m.draw_block(block, 0, rng, weight=2.0, count=3) == 1.0
+    assert m.draw_block(block, 0, rng, weight=2.0, count=3) == [1.0, 1.0, 1.0]
     assert rng.bit_generator.state == state                      # nothing drawn
     lv = m.report()["memory_levels"][0]
     assert (lv["k"], lv["blocks"], lv["slowdown_mean"]) == (0, 6.0, 1.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import simpy
 
@@ -51,20 +52,21 @@ def test_streams_start_and_end_back_to_an_empty_mix():
 
 def test_block_weights_are_uncontended_seconds_times_devices():
     """An agent standing for 4 devices: pieces of 1/4 and 3/4 of a block of 0.2 s
-    uncontended at HBM factors 1.5 and 1 (durations 0.26 s and 0.2 s); the weights add up
-    to less than one device-second, which must not matter."""
+    uncontended at HBM factors 1.5 and 1 (durations 0.26 s and 0.2 s; in the first the
+    members' own blocks last 0.24 s on average, the slowest 0.26 s); the weights add up to
+    less than one device-second, which must not matter."""
     a = _agent(n=4)
     assert a.totals() == (0.0, 0.0, 0.0)
 
     class Blk:
         name = "mlp_fwd"
 
-    a._account(Blk, Price(0.26, 0.0, 0.0, 0.0, 0.2, 0.3, (2, 0), 1024, 1.5, 1.0), 0.25)
-    a._account(Blk, Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 0, 1.0, 1.0), 0.75)
+    a._account(Blk, Price(0.26, 0.0, 0.0, 0.0, 0.2, 0.3, (2, 0), 1024, 1.5, 1.0, 0.24), 0.25)
+    a._account(Blk, Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 0, 1.0, 1.0, 0.2), 0.75)
     w, w_hbm, w_dur = a.totals()
     assert w == pytest.approx(4 * 0.2, rel=1e-12)
     assert w_hbm == pytest.approx(4 * (0.25 * 0.3 + 0.75 * 0.2), rel=1e-12)
-    assert w_dur == pytest.approx(4 * (0.25 * 0.26 + 0.75 * 0.2), rel=1e-12)
+    assert w_dur == pytest.approx(4 * (0.25 * 0.24 + 0.75 * 0.2), rel=1e-12)
     rep = streams_report([a, _agent(n=2)])
     assert rep["hbm_slowdown_mean"] == pytest.approx(w_hbm / w, rel=1e-12)
     assert rep["contention_slowdown_mean"] == pytest.approx(w_dur / w, rel=1e-12)
@@ -89,12 +91,12 @@ def test_pieces_that_ran_count_their_streams_and_book_the_alone_level_once_each(
         name = "attn_fwd"
 
     a = DeviceStreams(simpy.Environment(), 3, 100, SHARES, memory=Mem())
-    a._account(Blk, Price(0.3, 0.0, 0.0, 0.0, 0.2, 0.3, (1, 2), 1024, 1.5, 1.0), 0.5)
+    a._account(Blk, Price(0.3, 0.0, 0.0, 0.0, 0.2, 0.3, (1, 2), 1024, 1.5, 1.0, 0.3), 0.5)
     assert a.max_streams == 4 and streams_report([a])["hbm_max_streams"] == 4
-    a._account(Blk, Price(0.3, 0.0, 0.0, 0.0, 0.2, 0.3, (5, 3), 1024, 1.5, 1.0), 0.0)
+    a._account(Blk, Price(0.3, 0.0, 0.0, 0.0, 0.2, 0.3, (5, 3), 1024, 1.5, 1.0, 0.3), 0.0)
     assert a.max_streams == 4 and sum(map(len, a.records.values())) == 1
     assert a.totals()[0] == pytest.approx(3 * 0.5 * 0.2, rel=1e-12) and booked == []
-    alone = Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 1024, 1.0, 1.0)
+    alone = Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 1024, 1.0, 1.0, 0.2)
     a._account(Blk, alone, 0.5)
     assert booked == [((0, 0), 1.0, 3.0)]
     a._account(Blk, alone, 0.0)
@@ -124,7 +126,7 @@ def test_a_group_agent_books_one_op_alone_per_device():
     for group in (1, 2, 4):
         booked.clear()
         a = DeviceStreams(simpy.Environment(), 8, 100, SHARES, memory=Mem(), group=group)
-        a._account(Blk, Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 1024, 1.0, 1.0), 0.5)
+        a._account(Blk, Price(0.2, 0.0, 0.0, 0.0, 0.2, 0.2, (0, 0), 1024, 1.0, 1.0, 0.2), 0.5)
         assert booked == [((0, 0), 1.0, 8.0)], group
 
 
@@ -237,7 +239,20 @@ def test_port_lookups_are_not_counted_as_clipped_blocks():
         assert b.port_capacity() == math.inf and b.h2d_cap() == math.inf
 
 
-def test_bound_auto_prices_each_part_of_a_block_by_its_own_view():
+@pytest.fixture(scope="module")
+def auto_run():
+    """Quickstart on 8 devices with the queue controller, ``memory.bound: auto``."""
+    scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "cluster.topology.shape=[4,2]", "workload.parallelism.dp=8", "workload.global_batch=16",
+        "workload.micro_batch=2", "workload.iterations=1", "trace.enabled=false",
+        "memory.model=queue", "memory.bound=auto", "memory.batches=8",
+        "memory.requests_per_batch=256"])
+    model = build(scen)
+    _env, _fab, ex, _ = simulate(model, Recorder())
+    return scen, model, ex
+
+
+def test_bound_auto_prices_each_part_of_a_block_by_its_own_view(auto_run):
     """``memory.bound: auto``: the kernels the documented rule calls latency-bound (every
     non-GEMM kernel, GEMMs below ``memory.latency_below_mb``) are priced with the latency
     view's fresh draws (on its 0.2% log grid), the rest with the bandwidth view's table; the
@@ -246,13 +261,7 @@ def test_bound_auto_prices_each_part_of_a_block_by_its_own_view():
     its factor."""
     from workloads.transformer import Block
 
-    scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
-        "cluster.topology.shape=[4,2]", "workload.parallelism.dp=8", "workload.global_batch=16",
-        "workload.micro_batch=2", "workload.iterations=1", "trace.enabled=false",
-        "memory.model=queue", "memory.bound=auto", "memory.batches=8",
-        "memory.requests_per_batch=256"])
-    model = build(scen)
-    _env, _fab, ex, _ = simulate(model, Recorder())
+    scen, model, ex = auto_run
     acc = ex.accelerators[0]
     agent = acc.streams
     assert agent.latency is not None and agent.memory is not None
@@ -290,6 +299,108 @@ def test_bound_auto_prices_each_part_of_a_block_by_its_own_view():
     p = agent.price(acc, only_lat, acc.ps)
     assert p.n_requests == 0 and p.slowdown == 1.0
     assert p.hbm_s / p.base_s > 0.0 and abs(math_log_grid(p.hbm_s / p.base_s)) < 1e-6
+
+
+def test_a_group_agent_lasts_as_long_as_its_slowest_members_own_block(auto_run, monkeypatch):
+    """An agent for a TP group of four that meets after the block: each member's block is
+    priced at that member's own factors, bandwidth part and latency part together; the
+    group's block lasts as long as the slowest member's and costs its energy, its
+    HBM-weighted time weights each part by the members' mean factor, and the members' mean
+    duration is kept for the contention slowdown. The factors are chosen
+    so that the slowest member has neither the largest bandwidth factor nor the largest
+    latency factor: taking each part's largest factor would price a block no member runs."""
+    from workloads.transformer import Block
+
+    scen, model, ex = auto_run
+    acc = ex.accelerators[0]
+    one = acc.streams
+    cut = scen.memory.latency_below_mb * 1e6
+    agent = DeviceStreams(one.env, 4, one.units, one.shares, one.memory, one.latency, cut,
+                          np.random.default_rng(0), group=4)
+    bw_f, lat_f = [1.0, 12.0, 3.0, 1.0], [6.0, 1.0, 2.0, 1.0]  # member j: (bw_f[j], lat_f[j])
+    monkeypatch.setattr(agent, "_draws", lambda *a: list(bw_f))
+    monkeypatch.setattr(agent, "_latency_draws", lambda *a: list(lat_f))
+    agent.start("dp")
+    cm, ms, ps = acc.model, acc.mem_scale, acc.ps
+    math = acc.dev.math_scale[ps] * agent.sm_factor()
+    checked = apart = 0
+    for name, block in model.blocks[0].items():
+        bw = Block(name, tuple(k for k in block.kernels if k.gemm and k.bytes >= cut))
+        lat = Block(name, tuple(k for k in block.kernels if not k.gemm or k.bytes < cut))
+        if not bw.kernels or not lat.kernels:
+            continue
+        own = [(cm.block_cost(bw, math, ms * b), cm.block_cost(lat, math, ms * f))
+               for b, f in zip(bw_f, lat_f, strict=True)]
+        dur = [c1.duration_s + c2.duration_s for c1, c2 in own]
+        j = int(np.argmax(dur))
+        base_bw = cm.block_cost(bw, acc.dev.math_scale[ps], ms).duration_s
+        base_lat = cm.block_cost(lat, acc.dev.math_scale[ps], ms).duration_s
+        p = agent.price(acc, block, ps)
+        assert p.duration_s == pytest.approx(dur[j], rel=1e-12), name
+        assert p.members_s == pytest.approx(np.mean(dur), rel=1e-12), name
+        assert p.compute_j == pytest.approx(
+            (own[j][0].compute_j + own[j][1].compute_j) * acc.dev.dyn_scale[ps], rel=1e-12)
+        assert p.slowdown == bw_f[j]
+        assert p.hbm_s == pytest.approx(base_bw * np.mean(bw_f) + base_lat * np.mean(lat_f),
+                                        rel=1e-12)
+        largest = (cm.block_cost(bw, math, ms * max(bw_f)).duration_s
+                   + cm.block_cost(lat, math, ms * max(lat_f)).duration_s)
+        apart += largest > dur[j] * (1 + 1e-6)  # a block that tells the two rules apart
+        checked += 1
+    assert checked >= 2 and apart >= 1
+
+
+def test_a_group_agent_keeps_its_slowest_members_clock_between_meetings(auto_run,
+                                                                          monkeypatch):
+    """Blocks one after another on a TP group's device agent with no meeting in between
+    (the last stage's logits forward, logits backward and MLP backward): each member runs
+    its own blocks back to back, so after every block the group's clock is its members'
+    latest clock, each member's clock the sum of its own blocks' durations (worked out here
+    block by block at its own factors); after a meeting (:meth:`sync`) the members start
+    together again."""
+    from workloads.transformer import Block
+
+    scen, model, ex = auto_run
+    acc = ex.accelerators[0]
+    one = acc.streams
+    cut = scen.memory.latency_below_mb * 1e6
+    env = simpy.Environment()
+    agent = DeviceStreams(env, 3, one.units, one.shares, one.memory, one.latency, cut,
+                          np.random.default_rng(0), group=3)
+    factors = iter([([12.0, 1.0, 1.0], [1.0, 1.0, 6.0]), ([1.0, 12.0, 1.0], [6.0, 1.0, 1.0]),
+                    ([1.0, 1.0, 12.0], [1.0, 6.0, 1.0]), ([1.0, 3.0, 1.0], [1.0, 1.0, 6.0])])
+    now: dict = {}
+    monkeypatch.setattr(agent, "_draws", lambda *a: list(now["bw"]))
+    monkeypatch.setattr(agent, "_latency_draws", lambda *a: list(now["lat"]))
+    agent.start("dp")
+    cm, ms, ps = acc.model, acc.mem_scale, acc.ps
+    math = acc.dev.math_scale[ps] * agent.sm_factor()
+    block = next(b for b in model.blocks[0].values()
+                 if any(k.gemm and k.bytes >= cut for k in b.kernels)
+                 and any(not k.gemm or k.bytes < cut for k in b.kernels))
+    bw = Block(block.name, tuple(k for k in block.kernels if k.gemm and k.bytes >= cut))
+    lat = Block(block.name, tuple(k for k in block.kernels if not k.gemm or k.bytes < cut))
+
+    def run_one():
+        now["bw"], now["lat"] = next(factors)
+        own = [cm.block_cost(bw, math, ms * b).duration_s + cm.block_cost(lat, math, ms * f)
+               .duration_s for b, f in zip(now["bw"], now["lat"], strict=True)]
+        env.process(agent.run_block(acc, block, ps, 1.0, agent.price(acc, block, ps)))
+        env.run()
+        return own
+
+    clocks = [0.0] * 3
+    slowest = 0.0  # the clock if the group met after every block
+    for _ in range(3):  # no meeting
+        own = run_one()
+        clocks = [c + d for c, d in zip(clocks, own, strict=True)]
+        slowest += max(own)
+        assert env.now == pytest.approx(max(clocks), rel=1e-12)
+    assert env.now < slowest * (1 - 1e-3)  # each member slow in one block: the rules differ
+    agent.sync()  # the members meet: the next block starts them together
+    t = env.now
+    own = run_one()
+    assert env.now - t == pytest.approx(max(own), rel=1e-12)
 
 
 def math_log_grid(s: float) -> float:

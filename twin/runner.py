@@ -300,7 +300,8 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
         devs = [int(lay.device[r]) for r in lay.classes[c]]
         on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
         # one agent for many ranks: its TP group meets after every block (slowest draw)
-        group = scen.workload.parallelism.tp if model.symmetric and acc.n > 1 else 1
+        group = (scen.workload.parallelism.tp if (model.symmetric or model.layout.tp_groups)
+                 and acc.n > 1 else 1)
         on_ports = (partial(fabric.set_port_capacity, devs)
                     if fabric is not None and getattr(fabric, "ports", False) else None)
         agent = DeviceStreams(env, acc.n, cl.device.compute_units, shares, memory, latency,
@@ -314,19 +315,25 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
 
 def copy_ports(model: Model, pcie, streams: list | None):
     """``pcie_port(rank)`` for the data path: a copy port on the rank's PCIe switch that
-    starts and ends an ``h2d`` stream on its class's device agent (None: the data path's own
-    ports, nothing shared)."""
+    starts and ends an ``h2d`` stream on its class's device agent, one stream per device
+    however many of the class's ranks copy at once (None: the data path's own ports, nothing
+    shared)."""
     if pcie is None or streams is None:
         return None
     lay = model.layout
+    copying = [0] * len(streams)  # copies running on each class's ports
 
     def port(rank: int):
-        agent = streams[int(lay.rank_class[rank])]
+        c = int(lay.rank_class[rank])
+        agent = streams[c]
 
         def on_copy(delta: int) -> None:
-            if delta > 0:
+            # a port copies one at a time: the class's devices have one copy stream while
+            # any of its simulated ranks copies (the ranks stand for its devices alike)
+            copying[c] += delta
+            if delta > 0 and copying[c] == 1:
                 agent.start("h2d")
-            else:
+            elif delta < 0 and copying[c] == 0:
                 agent.end("h2d")
 
         cap = agent.h2d_cap if model.scenario.memory.transfer_cap else None

@@ -169,11 +169,12 @@ class SimulationSpec(StrictModel):
         "back to the moment one does (workloads.optimistic); false: such collectives go to "
         "the flow engine one by one")
     tp_group_agents: bool = Field(
-        default=True, description="fast mode when compute jitter is all that tells ranks "
-        "apart: one agent per tensor-parallel group, each member's durations drawn from the "
-        "member's own stream (the draws of exact mode), the group meeting at its slowest "
-        "member at every TP collective (devices.accelerator); false: one agent per rank, as "
-        "in exact mode")
+        default=True, description="fast mode when compute jitter (or per-device HBM "
+        "draws, memory.per_device_draws) is all that tells ranks apart: one agent per "
+        "tensor-parallel group, each member's durations drawn apart (jitter from the "
+        "member's own stream, the draws of exact mode), the group meeting at its slowest "
+        "member at every TP collective (devices.accelerator, devices.interference); false: "
+        "one agent per rank, as in exact mode")
     compute_jitter_cov: NonNegativeFloat = Field(
         default=0.0, le=10.0, description="coefficient of variation of compute-op durations "
         "(lognormal, mean one); > 0 makes runs depend on the seed; at most 10 (sigma 2.15: "
@@ -236,28 +237,35 @@ class Scenario(StrictModel):
     @property
     def tp_groups(self) -> bool:
         """Whether a run without rank symmetry simulates one agent per tensor-parallel group
-        (``simulation.tp_group_agents``): fast mode, TP of 2 or more, and compute jitter or
-        faults that change a device (stragglers, HBM degradation, cooling; the pipeline
-        stages of their targets split into one agent per rank: ``Layout.solo_devices``) the
-        only things that tell ranks apart (no fault that aborts the job or cuts links, no
-        memory model or streams beside compute, no data path, no inlet gradient, no sharded
-        data parallelism).
+        (``simulation.tp_group_agents``): fast mode, TP of 2 or more, no fault that aborts
+        the job or cuts links, no inlet gradient, no sharded data parallelism, and one of
+        - compute jitter or faults that change a device (stragglers, HBM degradation,
+          cooling; the pipeline stages of their targets split into one agent per rank:
+          ``Layout.solo_devices``) the only things that tell ranks apart (roofline memory,
+          no streams beside compute, no data path);
+        - a memory contention model drawing per device (``memory.per_device_draws``) the
+          only thing (no jitter, no fault); streams beside compute and the data path as
+          asked: the group's device agent draws each member's HBM factors
+          (``DeviceStreams.price``).
         The members of a TP group meet at every TP collective, so the group's clock is its
-        slowest member's (``devices.accelerator`` tracks how far each member is behind between
-        collectives). A group issues its other communication at its slowest member, where each
-        member would issue its own: with sharding's gathers and reduce-scatters that moved the
-        iteration time by up to 1.0% from exact mode (jittered, ``tests/test_exact.py``), so
-        sharded runs keep one agent per rank."""
+        slowest member's (``devices.accelerator`` and ``devices.interference`` track how far
+        each member is behind between collectives). A group issues its other communication
+        at its slowest member, where each member would issue its own: with sharding's
+        gathers and reduce-scatters that moved the iteration time by up to 1.0% from exact
+        mode (jittered, ``tests/test_exact.py``), so sharded runs keep one agent per rank."""
         from scenarios.faults import interrupts_traffic
 
         sim, ov = self.simulation, self.overlap
-        return (not self.symmetric and sim.tp_group_agents and not sim.exact and sim.symmetry
-                and self.workload.parallelism.tp > 1
-                and (sim.compute_jitter_cov > 0 or bool(self.faults))
-                and not interrupts_traffic(self.faults) and self.memory.model == "roofline"
-                and not self.data.enabled and not (ov.sm_contention or ov.tp_comm)
-                and self.workload.sharding.strategy == "none"
-                and self.power.thermal.inlet_gradient_k == 0)
+        if not (not self.symmetric and sim.tp_group_agents and not sim.exact and sim.symmetry
+                and self.workload.parallelism.tp > 1 and not interrupts_traffic(self.faults)
+                and self.power.thermal.inlet_gradient_k == 0):
+            return False
+        if self.workload.sharding.strategy != "none":
+            return False
+        if self.memory.model != "roofline":  # per-device HBM draws alone tell ranks apart
+            return sim.compute_jitter_cov == 0 and not self.faults
+        return ((sim.compute_jitter_cov > 0 or bool(self.faults))
+                and not self.data.enabled and not (ov.sm_contention or ov.tp_comm))
 
     @property
     def transfers_capped(self) -> bool:
