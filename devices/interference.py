@@ -238,7 +238,7 @@ class DeviceStreams:
         self.max_streams = 1 if memory is not None else 0
         self.max_sm_used = 0
         self._split: dict[int, tuple[Any, Any]] = {}
-        self._costs: dict[tuple, Any] = {}
+        self._cost_cache: dict[tuple, dict[float, tuple]] = {}  # see _costs
         self._w = 0.0      # uncontended seconds of blocks (weights)
         self._w_hbm = 0.0  # sum of weight x HBM factor
         self._w_dur = 0.0  # contended seconds of blocks
@@ -436,12 +436,13 @@ class DeviceStreams:
                 bw_part = None
             if lat is not None:
                 parts.append((lat, self._latency_draws(lat, mix)))
-        costs = [[self._cost(acc, part, sm, ps, f) for f in fs] for part, fs in parts]
-        g = max(len(fs) for _, fs in parts)
+        costs = [self._costs(acc, part, sm, ps, fs) for part, fs in parts]
+        g = max(len(c) for c in costs)
         j = 0
         span = after = None
         if g > 1:  # the group's members priced apart: the last to end sets the block's price
-            durs = [sum(c[i if len(c) > 1 else 0][0] for c in costs) for i in range(g)]
+            durs = ([h[0] for h in costs[0]] if len(costs) == 1 else
+                    [sum(c[i if len(c) > 1 else 0][0] for c in costs) for i in range(g)])
             lags = None if in_step else self._lags
             ends = durs if lags is None else [d - x for d, x in zip(durs, lags, strict=True)]
             span = max(ends)
@@ -466,22 +467,26 @@ class DeviceStreams:
             self._after = (p, after)
         return p
 
-    def _cost(self, acc, part, sm: float, ps: int, f: float) -> tuple:
+    def _costs(self, acc, part, sm: float, ps: int, fs) -> list[tuple]:
         """``(duration, GEMM FLOPs, dynamic energy at the top P-state's scale, memory energy,
         uncontended duration)`` of ``part`` on ``acc`` at P-state ``ps`` with SM factor
-        ``sm`` on its math time and HBM factor ``f`` on its memory time (cached)."""
-        dev = acc.dev
-        math_s = dev.math_scale[ps] * sm
+        ``sm`` on its math time, for each HBM factor of ``fs`` on its memory time (cached
+        per part, SM factor, P-state, memory scale and factor)."""
         ms = acc.mem_scale
-        m = ms * f
-        key = (id(part), math_s, m, dev.math_scale[ps], ms)
-        hit = self._costs.get(key)
-        if hit is None:
-            c = acc.model.block_cost(part, math_s, m)
-            hit = self._costs[key] = (c.duration_s, c.gemm_flops, c.compute_j, c.memory_j,
-                                      acc.model.block_cost(part, dev.math_scale[ps],
-                                                           ms).duration_s)
-        return hit
+        key = (id(part), sm, ps, ms)
+        by_f = self._cost_cache.get(key)
+        if by_f is None:
+            by_f = self._cost_cache[key] = {}
+        out = []
+        for f in fs:
+            hit = by_f.get(f)
+            if hit is None:
+                math = acc.dev.math_scale[ps]
+                c = acc.model.block_cost(part, math * sm, ms * f)
+                hit = by_f[f] = (c.duration_s, c.gemm_flops, c.compute_j, c.memory_j,
+                                 acc.model.block_cost(part, math, ms).duration_s)
+            out.append(hit)
+        return out
 
     def price_alone(self, acc, block, ps: int) -> Price:
         """:meth:`price` while :attr:`quiet` (cached: nothing beside the block, nothing drawn)."""

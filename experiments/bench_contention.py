@@ -6,8 +6,10 @@ every class: FR-FCFS or queue controller at the running mix, collectives taking 
 without chunked TP overlap; each contended variant is compared with the roofline run of the
 same timeline; ``-no-cap`` variants turn ``memory.transfer_cap`` off (transfers at the
 fabric's rates: what the HBM ports cost and change). ``per_device_draws: false`` keeps rank
-symmetry (one agent per class draws); the per-device variant (symmetry off, 64 agents) is
-shown for what independent draws cost.
+symmetry (one agent per class draws); ``frfcfs-per-device`` is the default, every device
+drawing its own factors (fast mode: one agent per TP group drawing for each member,
+``simulation.tp_group_agents``), ``frfcfs-per-rank`` the same with one agent per rank (what
+independent draws cost without that shortcut).
 Each variant runs in a fresh subprocess; target: contention wall <= 3x roofline wall. The
 first run of a process is cold (the FR-FCFS engine's compiled code, ~0.6 s, is loaded in it);
 the variant is run twice more in the same process (``warm_wall_s``, the faster of the two, and
@@ -36,6 +38,7 @@ VARIANTS = {
     "frfcfs-no-cap": {"memory": {"model": "frfcfs", "per_device_draws": False,
                                  "transfer_cap": False}},
     "frfcfs-per-device": {"memory": {"model": "frfcfs"}},
+    "frfcfs-per-rank": {"memory": {"model": "frfcfs"}, "simulation": {"tp_group_agents": False}},
     "roofline+tp-overlap": {"overlap": {"tp_comm": True}},
     "frfcfs+tp-overlap": {"memory": {"model": "frfcfs", "per_device_draws": False},
                           "overlap": {"tp_comm": True}},
@@ -49,15 +52,16 @@ VARIANTS = {
 }
 #: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
 #: block, takes minutes; ``--variant queue-auto+tp-overlap`` measures it alone)
-TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "roofline+tp-overlap",
+TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "frfcfs-per-rank",
+         "roofline+tp-overlap",
          "frfcfs+tp-overlap", "frfcfs+tp-overlap-no-cap", "queue-auto+tp-overlap")
 #: variants measured cold only (one run takes minutes; the compiled-code load is noise in it)
 COLD_ONLY = ("queue-auto+tp-overlap",)
 #: variants whose cold ratio is also measured over alternating pairs of cold runs (see run)
-PAIRED = ("frfcfs", "frfcfs+tp-overlap")
+PAIRED = ("frfcfs", "frfcfs-per-device", "frfcfs+tp-overlap")
 #: the roofline run each variant is compared with (same timeline, no contention model)
 BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-no-cap": "roofline",
-            "frfcfs-per-device": "roofline",
+            "frfcfs-per-device": "roofline", "frfcfs-per-rank": "roofline",
             "roofline+tp-overlap": "roofline+tp-overlap",
             "frfcfs+tp-overlap": "roofline+tp-overlap",
             "frfcfs+tp-overlap-no-cap": "roofline+tp-overlap",
