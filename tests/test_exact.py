@@ -310,17 +310,15 @@ def test_combine_falls_back_when_a_core_key_bends():
     assert out is None and "energy_j" in why
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
-    """Compute jitter only: one agent per tensor-parallel group (``tp_group_agents``), each
-    member drawing from its own stream as its own agent would, against exact mode (every
-    rank, every flow): iteration time, energy and makespan within 0.5%, with fewer agents
-    and fewer events than one agent per rank in fast mode."""
+def _tp_groups_against_exact(case: str, extra: dict) -> tuple[dict, dict]:
+    """One agent per TP group (fast mode), one per rank (fast mode) and exact mode of a case
+    with ``extra`` set; checks the shortcut's bookkeeping and returns (group, exact)."""
     runs = {}
     for mode, sim in (("group", {}), ("rank", {"tp_group_agents": False}),
                       ("exact", {"exact": True})):
         d = _scenario(mode == "exact", **CASES[case])
-        d["simulation"].update(compute_jitter_cov=0.05, **sim)
+        d["simulation"].update(**extra.get("simulation", {}), **sim)
+        d.update({k: v for k, v in extra.items() if k != "simulation"})
         runs[mode] = run(load_scenario(d)).summary
     group, rank, exact = runs["group"], runs["rank"], runs["exact"]
     tp = CASES[case].get("parallelism", {"tp": 2})["tp"]
@@ -329,6 +327,16 @@ def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
     assert group["rank_classes"] == group["devices"] // tp
     assert rank["rank_classes"] == exact["rank_classes"] == exact["devices"]
     assert group["events"] < rank["events"]
+    return group, exact
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
+    """Compute jitter only: one agent per tensor-parallel group (``tp_group_agents``), each
+    member drawing from its own stream as its own agent would, against exact mode (every
+    rank, every flow): iteration time, energy and makespan within 0.5%, with fewer agents
+    and fewer events than one agent per rank in fast mode."""
+    group, exact = _tp_groups_against_exact(case, {"simulation": {"compute_jitter_cov": 0.05}})
     for key in ("iteration_time_s", "energy_j", "makespan_s"):
         assert group[key] == pytest.approx(exact[key], rel=5e-3), key
 
@@ -340,20 +348,7 @@ def test_one_agent_per_tp_group_with_per_device_hbm_draws_agrees_with_exact_mode
     one device agent per rank, every flow; other draws of the same tables): iteration time,
     energy, makespan and the contention summary within the fast mode's 0.5%, with fewer
     agents and fewer events than one agent per rank."""
-    runs = {}
-    for mode, sim in (("group", {}), ("rank", {"tp_group_agents": False}),
-                      ("exact", {"exact": True})):
-        d = _scenario(mode == "exact", **CASES[case])
-        d["memory"] = {"model": "frfcfs"}
-        d["simulation"].update(**sim)
-        runs[mode] = run(load_scenario(d)).summary
-    group, rank, exact = runs["group"], runs["rank"], runs["exact"]
-    tp = CASES[case].get("parallelism", {"tp": 2})["tp"]
-    assert "tp_group_agents" in group["shortcuts_used"]
-    assert "tp_group_agents" not in rank["shortcuts_used"] + exact["shortcuts_used"]
-    assert group["rank_classes"] == group["devices"] // tp
-    assert rank["rank_classes"] == exact["rank_classes"] == exact["devices"]
-    assert group["events"] < rank["events"]
+    group, exact = _tp_groups_against_exact(case, {"memory": {"model": "frfcfs"}})
     assert group["hbm_max_streams"] == exact["hbm_max_streams"]
     for key in ("iteration_time_s", "energy_j", "makespan_s", "hbm_slowdown_mean",
                 "contention_slowdown_mean"):
