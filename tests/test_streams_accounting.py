@@ -131,13 +131,18 @@ def test_a_group_agent_books_one_op_alone_per_device():
 
 
 def test_one_sm_taken_slows_the_math_by_units_over_the_units_left():
-    """A stream taking one SM of 100: math time x 100 / 99 (and nothing without it)."""
+    """A stream taking one SM of 100: math time x 100 / 99 (and nothing without it);
+    streams asking for more SMs than there are leave the compute one."""
     a = _agent(shares=SmShares(collective_ctas=8, tp_overlap_ctas=4, copy_ctas=1))
     assert a.sm_factor() == 1.0
     a.start("h2d")
     assert a.sm_factor() == pytest.approx(100 / 99, rel=1e-15) and a.max_sm_used == 1
     a.start("dp")
     assert a.sm_factor() == pytest.approx(100 / 91, rel=1e-15)
+    for _ in range(12):  # 13 collectives of 8 SMs and a copy: more than the 100 there are
+        a.start("dp")
+    assert a.sm_factor() == pytest.approx(100 / 1, rel=1e-15)  # compute keeps one SM
+    assert a.max_sm_used == 99
 
 
 def test_fresh_latency_draws_come_in_blocks_that_double_up_to_256():
