@@ -307,6 +307,22 @@ def test_per_device_draws_false_keeps_symmetry():
     assert shared["hbm_max_streams"] >= 2 and shared["hbm_slowdown_mean"] > 1.0
 
 
+@pytest.mark.parametrize("sets,n,group", [
+    (["memory.per_device_draws=false"], 8, 2),    # a stage's 4 replicas x 2 TP ranks
+    ([], 2, 2),                                   # one agent per TP group
+    (["simulation.tp_group_agents=false"], 1, 1),  # one agent per rank
+])
+def test_each_device_agent_draws_once_per_member_of_the_tp_group_it_stands_for(sets, n, group):
+    """DP 4 x TP 2 x PP 2 beside FR-FCFS: every device agent stands for the devices of its
+    class and draws one factor per member of the TP group that meets after each block."""
+    scen = _scen("hbm_frfcfs.yaml", ["workload.parallelism.dp=4", "workload.parallelism.tp=2",
+                                     "cluster.topology.shape=[4,4]", "workload.iterations=1",
+                                     *sets])
+    _env, _fab, ex, _ = simulate(build(scen), Recorder())
+    assert len(ex.streams) == 16 // n
+    assert {(a.n, a.group) for a in ex.streams} == {(n, group)}
+
+
 def test_copies_of_a_class_count_once_per_device():
     """The data path's host-to-device copies beside FR-FCFS, 16 loading ranks on two hosts
     (TP 4 x DP 4): a PCIe port copies one microbatch at a time, so a device serves at most

@@ -357,9 +357,9 @@ def test_one_agent_per_tp_group_with_per_device_hbm_draws_agrees_with_exact_mode
 
 def test_tp_group_agents_stay_off_where_more_than_jitter_tells_ranks_apart():
     """A fault, a memory model drawing per device beside jitter, per-device HBM draws with
-    sharded data parallelism (the members would issue their gathers apart) or fresh
-    heavy-tailed latency draws (the queue model, ``bound: auto``), or a TP of one: one agent
-    per rank."""
+    sharded data parallelism (the members would issue their gathers apart), fresh
+    heavy-tailed latency draws (the queue model, ``bound: auto``) or a device fault, or a TP
+    of one: one agent per rank."""
     base = _scenario(False)
     base["simulation"]["compute_jitter_cov"] = 0.05
     sharded = _scenario(False, sharding={"strategy": "full_shard"})
@@ -368,7 +368,10 @@ def test_tp_group_agents_stay_off_where_more_than_jitter_tells_ranks_apart():
                   {"simulation": {**base["simulation"], "tp_group_agents": False}},
                   {"simulation": sharded["simulation"], "workload": sharded["workload"],
                    "memory": {"model": "frfcfs"}},
-                  {"simulation": {"exact": False}, "memory": {"model": "queue", "bound": "auto"}}):
+                  {"simulation": {"exact": False}, "memory": {"model": "queue", "bound": "auto"}},
+                  {"simulation": {"exact": False}, "memory": {"model": "frfcfs"},
+                   "faults": [{"kind": "straggler", "device": 5, "factor": 1.6, "time_s": 0.0,
+                               "duration_s": 1.0}]}):
         s = run(load_scenario(base | extra)).summary
         assert "tp_group_agents" not in s["shortcuts_used"]
         assert s["rank_classes"] == s["devices"]
