@@ -299,7 +299,8 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
     for c, acc in enumerate(accelerators):
         devs = [int(lay.device[r]) for r in lay.classes[c]]
         on_net = ((lambda delta, devs=devs: pcie.nic(devs, delta)) if nic else None)
-        # one agent for many ranks: its TP group meets after every block (slowest draw)
+        # one agent for many ranks: one draw per member of the TP group that meets after
+        # each block (DeviceStreams.price)
         group = (scen.workload.parallelism.tp if (model.symmetric or model.layout.tp_groups)
                  and acc.n > 1 else 1)
         on_ports = (partial(fabric.set_port_capacity, devs)

@@ -261,9 +261,8 @@ class Scenario(StrictModel):
         sim, ov = self.simulation, self.overlap
         if not (not self.symmetric and sim.tp_group_agents and not sim.exact and sim.symmetry
                 and self.workload.parallelism.tp > 1 and not interrupts_traffic(self.faults)
-                and self.power.thermal.inlet_gradient_k == 0):
-            return False
-        if self.workload.sharding.strategy != "none":
+                and self.power.thermal.inlet_gradient_k == 0
+                and self.workload.sharding.strategy == "none"):
             return False
         mem = self.memory
         if mem.model != "roofline":  # per-device HBM draws alone tell ranks apart
