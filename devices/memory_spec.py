@@ -163,9 +163,11 @@ class MemorySpec(StrictModel):
     max_streams: int = Field(default=16, ge=1, le=256,
                              description="largest k simulated; more transfers are clipped")
     per_device_draws: bool = Field(
-        default=True, description="every device draws its own slowdowns (rank symmetry off); "
-        "false: one agent per class of equal ranks draws for all of them (symmetry kept, "
-        "faster): the slowest of one draw per TP-group member, replicas share the draws")
+        default=True, description="every device draws its own slowdowns (rank symmetry off; "
+        "in fast mode one agent per TP group draws for each member, simulation."
+        "tp_group_agents); false: one agent per class of equal ranks draws for all of them "
+        "(symmetry kept): one draw per TP-group member, the block lasting until its last "
+        "member ends, replicas share the draws")
     transfer_cap: bool = Field(
         default=True, description="frfcfs / queue: transfers are slowed by HBM contention too: "
         "while a compute block runs, a device's network flows share the HBM bandwidth the "
