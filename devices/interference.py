@@ -116,6 +116,9 @@ class Price:
         sm_factor: factor on its math time.
         members_s: the members' mean contended duration, s (``duration_s`` but for a group
             whose members draw apart: :meth:`DeviceStreams.price`).
+        lags_after: how far each member of such a group ends ahead of the block's end, s,
+            if the block runs at this price to its end; None: the members' lags stay as
+            they are (one member, or a price made in step).
     """
 
     duration_s: float
@@ -129,6 +132,7 @@ class Price:
     slowdown: float
     sm_factor: float
     members_s: float
+    lags_after: tuple[float, ...] | None = None
 
 
 _REPRICE = object()  # interrupt cause: the streams beside a running block changed
@@ -264,10 +268,8 @@ class DeviceStreams:
                             if memory is not None and latency is None else 0.0)
         self.on_change: Callable[[], None] | None = None
         # a group whose members draw apart: how far each member is ahead of the agent's clock
-        # since the members last met (None: in step; see sync), and the lags a block priced
-        # at the clock leaves if it runs at that price to its end (see price, run_block)
-        self._lags: list[float] | None = None
-        self._after: tuple[Price, list[float]] | None = None
+        # since the members last met (None: in step; see sync, price and run_block)
+        self._lags: tuple[float, ...] | None = None
         # runs a flush once the instant's other changes are made: the engine's end-of-instant
         # callbacks (``Engine.at_instant_end``), a zero-delay event on a plain SimPy environment
         self._defer: Callable[[Callable[..., None]], None] = getattr(
@@ -447,7 +449,7 @@ class DeviceStreams:
             ends = durs if lags is None else [d - x for d, x in zip(durs, lags, strict=True)]
             span = max(ends)
             j = ends.index(span)
-            after = [span - e for e in ends]
+            after = None if in_step else tuple(span - e for e in ends)
         dur = flops = e_dyn = e_mem = base = hbm = 0.0
         for c, (_, fs) in zip(costs, parts, strict=True):
             hit = c[j if len(c) > 1 else 0]
@@ -461,11 +463,8 @@ class DeviceStreams:
         if span is None:
             return Price(dur, flops, e_dyn * acc.dev.dyn_scale[ps], e_mem, base, hbm, mix,
                          n_req, fs[0], sm, dur)
-        p = Price(span, flops, e_dyn * acc.dev.dyn_scale[ps], e_mem, base, hbm, mix, n_req,
-                  fs[j if len(fs) > 1 else 0], sm, sum(durs) / g)
-        if not in_step:
-            self._after = (p, after)
-        return p
+        return Price(span, flops, e_dyn * acc.dev.dyn_scale[ps], e_mem, base, hbm, mix, n_req,
+                     fs[j if len(fs) > 1 else 0], sm, sum(durs) / g, after)
 
     def _costs(self, acc, part, sm: float, ps: int, fs) -> list[tuple]:
         """``(duration, GEMM FLOPs, dynamic energy at the top P-state's scale, memory energy,
@@ -586,8 +585,8 @@ class DeviceStreams:
             self._ports()
             if p is not first:  # re-priced: the pieces' members are not tracked apart
                 self._lags = None
-            elif self._after is not None and self._after[0] is first:
-                self._lags = self._after[1]
+            elif first.lags_after is not None:
+                self._lags = first.lags_after
         return env.now - t0, flops, e_dyn, e_mem
 
     def _key(self) -> tuple:

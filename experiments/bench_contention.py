@@ -53,8 +53,8 @@ VARIANTS = {
 #: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
 #: block, takes minutes; ``--variant queue-auto+tp-overlap`` measures it alone)
 TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "frfcfs-per-rank",
-         "roofline+tp-overlap",
-         "frfcfs+tp-overlap", "frfcfs+tp-overlap-no-cap", "queue-auto+tp-overlap")
+         "roofline+tp-overlap", "frfcfs+tp-overlap", "frfcfs+tp-overlap-no-cap",
+         "queue-auto+tp-overlap")
 #: variants measured cold only (one run takes minutes; the compiled-code load is noise in it)
 COLD_ONLY = ("queue-auto+tp-overlap",)
 #: variants whose cold ratio is also measured over alternating pairs of cold runs (see run)
