@@ -147,6 +147,7 @@ def engine_run(cap, transfers, cuts=()):
 FLUID_CASES = [
     "test_bulk_synchronous_steps_wait_for_the_slowest_flow",
     "test_ring_steps_synchronise_under_rotating_contention",
+    "test_a_ring_started_again_alone_keeps_its_steps",
     "test_steps_with_a_cut_flow_wait_for_the_resend",
     "test_contention_that_ends_mid_step_keeps_the_barrier",
     "test_a_resumed_flow_that_is_ahead_waits_parked_while_another_is_cut",
@@ -311,6 +312,23 @@ def test_ring_steps_synchronise_under_rotating_contention():
     assert ends == pytest.approx(ref, rel=1e-9)
     drift = fluid(cap, [dict(ring, steps=1), *background])
     assert ref[0] == pytest.approx(7.8) and drift[0] == pytest.approx(7.2)
+
+
+def test_a_ring_started_again_alone_keeps_its_steps():
+    """The second start of a ring alone in its component takes the allocation its first
+    start derived (``FlowNetwork._start_solo``); it must still be bulk-synchronous when
+    background traffic then joins it, as the reference says (drifting steps would end the
+    second ring 0.6 s earlier, as in the rotating-contention case)."""
+    ring = dict(start=0.0, routes=[[0], [1], [2], [3]], sizes=[60.0] * 4, steps=6, key="ring")
+    again = dict(ring, start=10.0)
+    background = [dict(start=10.0 + 0.5 * k, routes=[[k % 4]], sizes=[3.0]) for k in range(1, 14)]
+    cap = [10.0] * 5
+    ends, net = engine_run(cap, [ring, again, *background])
+    assert net.solo_starts == 1
+    assert ends == pytest.approx(fluid(cap, [ring, again, *background]), rel=1e-9)
+    assert ends[0] == pytest.approx(6.0)
+    drift = fluid(cap, [ring, dict(again, steps=1), *background])
+    assert ends[1] - drift[1] > 0.1
 
 
 def test_steps_with_a_cut_flow_wait_for_the_resend():

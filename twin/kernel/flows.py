@@ -504,8 +504,7 @@ class FlowNetwork:
         dt = self._schedule(comp, tols[0] if len(tols) == 1 else np.concatenate(tols), use_jit)
         # (only when cached, so that the counters stay the same)
         if solo_ok and comp.target is None and key in self._allocs:
-            self._solo[key] = (rate, entry_flow, ulinks, inv, cert, comp.tol, comp.due, dt,
-                               comp.bounds)
+            self._solo[key] = (rate, entry_flow, ulinks, inv, cert, comp.tol, comp.due, dt)
 
     def _extend(self, comp: Component, tr: Transfer) -> bool:
         """Add ``tr`` to ``comp`` keeping the rates there (``twin.kernel.joins.Ledger.join``);
@@ -604,15 +603,14 @@ class FlowNetwork:
         from what the first such allocation of its key derived (the same arrays: its rates,
         tolerances, due flows and time to the next completion depend only on the pattern, its
         sizes and the capacities in the key)."""
-        rate, entry_flow, ulinks, inv, cert, tol, due, dt, bounds = solo
+        rate, entry_flow, ulinks, inv, cert, tol, due, dt = solo
         self.cache_hits += 1
         self.solo_starts += 1
-        comp.slices = [(tr, tr.template.all_flows)]
+        comp.set_slices([(tr, tr.template.all_flows)])
         comp.cert = cert
         comp.index()
         comp.rate, comp.entry_flow, comp.ulinks, comp.inv = rate, entry_flow, ulinks, inv
         comp.tol, comp.due, comp.target = tol, due, None
-        comp.bounds, comp.nstep = bounds, int(tr.steps > 1)  # (bounds: never changed in place)
         self._arm(comp, dt)
 
     def _compact_links(self, entry_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
