@@ -223,8 +223,9 @@ def test_the_idle_step_is_bounded_and_counted_in_the_event_budget(tiny):
     from twin.budget import check_budget, estimate
     from twin.kernel.errors import ScenarioError
 
-    with pytest.raises(ScenarioError, match="max_step_s"):
-        tiny(["power.thermal.max_step_s=1e-7"])
+    for bad in ("1e-7", ".inf", ".nan"):  # an infinite step is not a step either
+        with pytest.raises(ScenarioError, match="max_step_s"):
+            tiny([f"power.thermal.max_step_s={bad}"])
     base = tiny()
     e = estimate(base)
     # a budget with room for 10x the run's other events, but not for one segment per 1e-6 s
