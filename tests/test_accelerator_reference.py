@@ -92,7 +92,8 @@ def _wait(env, acc, kind, length):
 def test_bubble_downclock_only_after_a_previous_wait_of_at_least_min_wait():
     """min_wait_us = 100: the first wait (no history) down-clocks, a wait after a 50 us wait
     does not, a wait after a 200 us wait does; each down-clock costs one transition there and
-    the next block one back (transitions 1 + 1, then 0, then 1)."""
+    the next block one back (transitions 1 + 1, then 0, then 1). The waits start 1 ms in: a
+    wait's length is its end minus its start, not the clock at its end."""
     lat = 10e-6
     spec = {"thermal": {"enabled": False},
             "dvfs": {"bubble_downclock": True, "min_wait_us": 100.0,
@@ -101,6 +102,7 @@ def test_bubble_downclock_only_after_a_previous_wait_of_at_least_min_wait():
     seen = []
 
     def body():
+        yield env.timeout(1e-3)
         yield from _wait(env, acc, "recv", 50e-6)       # no history: down-clocks
         seen.append(acc.stats.transitions)
         yield from acc.compute(SMALL, 0, 0, 0, 0)       # back up
