@@ -105,7 +105,59 @@ def test_slow_link_is_named_interconnect(tmp_path):
     assert v["layer"] == "interconnect"
     share = rep["time"]["fractions"]["exposed DP communication"]
     assert f"{100 * share:.0f}% of the iteration is exposed communication" in v["text"]
+    assert f"(DP {100 * share:.0f}%) on links at" in v["text"]  # only the kinds it has
     assert "utilisation" in v["text"]
+    assert res.summary["mfu"] < 0.30
+    assert any(a.startswith("MFU ") for a in v["alerts"])
+
+
+def test_hbm_bound_kernels_are_named_memory_bandwidth_without_an_mfu_alert(tmp_path):
+    """Long sequences and micro batches of 4 of a 1B model on eight data-parallel devices:
+    MFU above 50%, so the MFU alert (below 30%) stays silent, and the largest layer is the
+    time its memory-bound kernels (norms, element-wise, the optimizer) spend beyond their
+    math roof: the verdict names memory bandwidth with that share and no contention."""
+    res = _run(tmp_path, "dense", ["workload.seq_len=2048", "workload.micro_batch=4",
+                                   "workload.global_batch=64"])
+    rep = build_report(res.trace_path)
+    v, t = rep["verdict"], rep["time"]
+    assert res.summary["mfu"] > 0.5
+    assert not any(a.startswith("MFU ") for a in v["alerts"])
+    assert v["layer"] == "memory bandwidth"
+    share = t["hbm_bound_s"] / t["iteration_time_s"]
+    assert v["layer_shares"]["memory bandwidth"] == pytest.approx(share, rel=1e-12)
+    assert (f"{100 * share:.0f}% of the iteration is compute waiting on HBM "
+            f"({100 * share:.0f}% beyond the math roof, 0% contention") in v["text"]
+
+
+def test_pipeline_bubble_is_named_scheduling(tmp_path):
+    """Planted: 8 pipeline stages over 2 microbatches (1F1B: a bubble of (p - 1) / (m + p - 1)
+    = 7/9 of the ideal iteration); the verdict names scheduling with the summary's bubble
+    fraction."""
+    res = _run(tmp_path, "bubble", ["workload.parallelism.dp=1", "workload.parallelism.pp=8",
+                                    "workload.global_batch=2"])
+    rep = build_report(res.trace_path)
+    v = rep["verdict"]
+    assert v["layer"] == "scheduling"
+    assert f"(bubble fraction {res.summary['bubble_fraction']:.3f})" in v["text"]
+    assert v["layer_shares"]["scheduling"] > 0.5
+
+
+def test_layer_times_group_the_attribution_categories():
+    """The verdict's layers from a hand-made attribution: each category to its layer of the
+    second brief's checklist, the HBM-bound time to memory bandwidth, compute and
+    unattributed time to none, an unknown wait kind to scheduling."""
+    from twin.report.verdict import layer_times
+
+    mean = {"compute: MLP": 5.0, "unattributed": 0.5, "power-cap throttling": 0.1,
+            "thermal throttling": 0.2, "DVFS stalls": 0.4, "memory contention": 0.8,
+            "exposed TP communication": 1.6, "exposed DP communication": 3.2,
+            "exposed pipeline communication": 6.4, "data wait": 12.8, "pipeline bubble": 25.6,
+            "some new wait": 51.2, "fault recovery": 102.4, "checkpointing": 204.8,
+            "straggler": 409.6}
+    got = layer_times({"mean": mean, "hbm_bound_s": 0.03})
+    assert got == pytest.approx({"power wall": 0.7, "memory bandwidth": 0.83,
+                                 "interconnect": 11.2, "data loading": 12.8,
+                                 "scheduling": 76.8, "reliability": 716.8}, rel=1e-12)
 
 
 def test_slow_data_path_is_named_data_loading(tmp_path):
@@ -171,3 +223,93 @@ def test_sweep_names_the_next_best_point(tmp_path):
     assert "faster runs an iteration" in v["what_would_move_it"] and "1.50x the energy" in \
         v["what_would_move_it"]
     assert main(["report", str(res.trace_path), "--sweep", str(tmp_path / "none")]) == 2
+
+
+def _compute_op_seconds(res, rep) -> float:
+    """Seconds the critical class of each iteration spent in compute blocks inside its
+    window, read from the trace's ops table (not through the attribution)."""
+    from twin.reading import TraceData
+
+    ops = TraceData(res.trace_path).table("ops")
+    total = 0.0
+    for it in rep["time"]["iterations"]:
+        c = ops[(ops["cls"] == it["critical_class"]) & (ops["kind"] == "compute")
+                & (ops["t_end"] > it["start_s"]) & (ops["t_start"] < it["end_s"])]
+        total += float((c["t_end"].clip(upper=it["end_s"])
+                        - c["t_start"].clip(lower=it["start_s"])).sum())
+    return total / len(rep["time"]["iterations"])
+
+
+SLOW_CATEGORIES = ("power-cap throttling", "thermal throttling", "memory contention",
+                   "straggler")
+STRAGGLER = {"kind": "straggler", "device": 0, "factor": 1.5, "time_s": 0.0,
+             "duration_s": 1e3}
+HOT = ["power.thermal.ambient_c=50", "power.thermal.initial_c=95",
+       "power.thermal.throttle_interval_s=0.005", "cluster.device.thermal_c_j_per_k=12"]
+#: a die too hot to throttle draws more than the board's limit (the device's tdp_w, the
+#: firmware default): its blocks are stretched to it
+HOT_UNTHROTTLED = [*HOT, "power.thermal.throttle=false"]
+#: name -> (overrides, extra scenario keys, the plain run's overrides, the slow-down
+#: categories the planted run must name)
+PLANTED = {
+    "memory": (["memory.model=queue"], {}, [], {"memory contention"}),
+    "cap+memory": (["memory.model=queue", "power.cap_w=300"], {}, [],
+                   {"memory contention", "power-cap throttling"}),
+    "straggler": ([], {"faults": [STRAGGLER]}, [], {"straggler"}),
+    "straggler+memory": (["memory.model=queue"], {"faults": [STRAGGLER]}, [],
+                         {"memory contention"}),  # the memory model takes the whole rest
+    "thermal": (HOT, {}, HOT_UNTHROTTLED, {"thermal throttling"}),
+    "stretch+memory": ([*HOT_UNTHROTTLED, "memory.model=queue"], {}, HOT_UNTHROTTLED,
+                       {"memory contention", "power-cap throttling"}),
+    "manager": (["power.manager.budget_w=2000"], {}, [], {"power-cap throttling"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_slowed_compute_keeps_its_nominal_time_and_names_the_rest(tmp_path, case):
+    """Planted slow-downs of the compute blocks (memory contention, a power cap beside it, a
+    straggler at 1.5x for the whole run, a hot die that throttles or is held at the board's
+    power limit, a cluster power budget): the attributed compute time is the plain run's
+    (nominal blocks at the policy clock; one pipeline stage, so the critical class runs the
+    same blocks), and the slow-down categories grow by the time the critical class's compute
+    blocks took beyond the plain run's, read from the two traces' ops tables. Categories not
+    planted stay at zero."""
+    overrides, extra, plain_overrides, named = PLANTED[case]
+    base = ["workload.iterations=2"]
+    plain = _run(tmp_path, "plain", base + plain_overrides)
+    slow = _run(tmp_path, case.replace("+", "-"), base + overrides, **extra)
+    rp, rs = build_report(plain.trace_path), build_report(slow.trace_path)
+    assert _compute(rs) == pytest.approx(_compute(rp), rel=1e-9)
+    mean = rs["time"]["mean"]
+    extra_s = _compute_op_seconds(slow, rs) - _compute_op_seconds(plain, rp)
+    assert extra_s > 0
+    slow_s = [sum(r["time"]["mean"].get(k, 0.0) for k in SLOW_CATEGORIES) for r in (rs, rp)]
+    assert slow_s[0] - slow_s[1] == pytest.approx(extra_s, rel=1e-6)
+    assert {k for k in SLOW_CATEGORIES if mean.get(k, 0.0) > 0} == named
+
+
+def test_hbm_bound_time_is_what_infinitely_fast_memory_would_save(tmp_path):
+    """``hbm_bound_s`` (compute time beyond the math roof) against a second run whose HBM is
+    10^6 times faster: its compute blocks are their math alone, so the attributed compute
+    time drops by the first run's HBM-bound time (to the 1e-6 the fast memory leaves)."""
+    base = ["workload.iterations=2", "power.thermal.enabled=false"]
+    slow = build_report(_run(tmp_path, "hbm", base).trace_path)
+    fast = build_report(_run(tmp_path, "hbm-fast", [*base,
+                             "cluster.device.hbm_bandwidth_gbps=3.35e9"]).trace_path)
+    bound = slow["time"]["hbm_bound_s"]
+    assert 0 < bound < _compute(slow)
+    assert _compute(slow) - _compute(fast) == pytest.approx(bound, rel=1e-5)
+    assert fast["time"]["hbm_bound_s"] == pytest.approx(0.0, abs=1e-6 * bound)
+
+
+def test_energy_per_iteration_by_component_and_position_add_up(tmp_path):
+    """Over two iterations, the energy attribution per iteration sums to the summary's energy
+    per iteration, by component and by position class."""
+    res = _run(tmp_path, "energy", ["workload.iterations=2", "simulation.symmetry=false"])
+    e = build_report(res.trace_path)["energy"]
+    per_it = res.summary["energy_per_iteration_j"]
+    assert sum(e["by_component_j_per_iteration"].values()) == pytest.approx(per_it, rel=1e-9)
+    assert sum(e["by_component_share"].values()) == pytest.approx(1.0, rel=1e-12)
+    pos = e["by_position"].values()
+    assert sum(p["energy_j_per_iteration"] for p in pos) == pytest.approx(per_it, rel=1e-9)
+    assert sum(p["devices"] for p in pos) == res.summary["devices"]

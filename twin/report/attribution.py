@@ -13,7 +13,8 @@ partition the window:
   recompute) for its duration at the DVFS policy's clock without contention, from the run's
   own roofline model (the trace's resolved scenario is rebuilt: ``twin.build``); the rest of its
   duration goes to ``power-cap throttling`` (a P-state below the policy's because of
-  ``power.cap_w`` or the cluster power manager, or a block stretched to the cap), ``thermal
+  ``power.cap_w`` or the cluster power manager, or a block stretched to the board's power
+  limit: ``power.cap_w``, else the firmware's default, the device's ``tdp_w``), ``thermal
   throttling`` (a P-state below that), ``memory contention`` (HBM contention model or an HBM
   degradation fault) or ``straggler`` (a straggler fault); compute jitter stays in compute;
 * ``tp`` waits: ``exposed TP communication``; ``dp_wait``: ``exposed DP communication``;
@@ -67,7 +68,7 @@ class _Costs:
         self.setup = PowerSetup(scen.power, model.compute, stage_compute_blocks(model),
                                 model.microbatches, model.layout.world)
         self.dev = self.setup.dev
-        self.cap_w = scen.power.cap_w
+        self.cap_w = self.setup.cap_w  # the board's limit: power.cap_w, else the device's tdp_w
         self.manager = scen.power.manager.budget_w is not None
         self.memory = scen.memory.model != "roofline" or any(
             f.kind == "hbm_degradation" for f in scen.faults)
@@ -100,7 +101,7 @@ def _split_compute(rows: pd.DataFrame, costs: _Costs, power: pd.DataFrame,
     """Per compute op of one class: (category, seconds) pieces adding up to its duration."""
     dur = (rows["t_end"] - rows["t_start"]).to_numpy()
     stage = int(costs.stage[cls])
-    work = costs.setup.stage_ps.get(stage, 0)
+    work = costs.setup.stage_ps[stage]
     cap_ps = max(work, costs.setup.cap_ps.get(stage, 0))
     seg = power[power["cls"] == cls].set_index("t_start")
     seg = seg[~seg.index.duplicated(keep="last")]
@@ -118,9 +119,7 @@ def _split_compute(rows: pd.DataFrame, costs: _Costs, power: pd.DataFrame,
     if costs.manager:  # a manager's clock cap is a cluster power cap
         cap_part, thermal_part = clock - nominal, np.zeros(len(rows))
     rest = dur - clock
-    stretched = np.zeros(len(rows), dtype=bool)
-    if costs.cap_w is not None:
-        stretched = np.isfinite(watts) & (watts >= costs.cap_w * (1 - 1e-9))
+    stretched = np.isfinite(watts) & (watts >= costs.cap_w * (1 - 1e-9))
     to_cap = np.where(stretched, rest, 0.0)
     other = np.where(stretched, 0.0, np.maximum(rest, 0.0))
     mem = other if costs.memory else np.zeros(len(rows))
@@ -207,7 +206,7 @@ def _hbm_bound(ops, costs: _Costs, crit, starts, ends) -> float:
         s = ops[(ops["cls"] == c) & (ops["kind"] == "compute") & (ops["t_end"] > lo)
                 & (ops["t_start"] < hi)]
         stage = int(costs.stage[c])
-        work = costs.setup.stage_ps.get(stage, 0)
+        work = costs.setup.stage_ps[stage]
         for name, k in s["name"].value_counts().items():
             total += k * (costs.duration(stage, name, work)
                           - costs.duration(stage, name, work, 0.0))
