@@ -106,7 +106,13 @@ def test_slow_link_is_named_interconnect(tmp_path):
     share = rep["time"]["fractions"]["exposed DP communication"]
     assert f"{100 * share:.0f}% of the iteration is exposed communication" in v["text"]
     assert f"(DP {100 * share:.0f}%) on links at" in v["text"]  # only the kinds it has
-    assert "utilisation" in v["text"]
+    from twin.reading import TraceData
+
+    links = TraceData(res.trace_path, need=("links",)).table("links")
+    top = links.loc[links["busy_s"].idxmax()]
+    busy = top["busy_s"] / res.summary["makespan_s"]
+    assert f"on links at {100 * busy:.0f}% utilisation (busiest link " in v["text"]
+    assert f"{int(top['src'])}->{int(top['dst'])} busy {100 * busy:.0f}% of the run" in v["text"]
     assert res.summary["mfu"] < 0.30
     assert any(a.startswith("MFU ") for a in v["alerts"])
 
@@ -223,6 +229,16 @@ def test_sweep_names_the_next_best_point(tmp_path):
     assert "faster runs an iteration" in v["what_would_move_it"] and "1.50x the energy" in \
         v["what_would_move_it"]
     assert main(["report", str(res.trace_path), "--sweep", str(tmp_path / "none")]) == 2
+    # this run the fastest feasible point: the next best is the slower one, not itself
+    pd.DataFrame({"label": ["this", "slower"], "strategy": ["8-1-1", "1-8-1"],
+                  "status": ["ok", "ok"], "iteration_time_s": [t, 2 * t],
+                  "energy_per_iteration_j": [e, e]}).to_csv(tmp_path / "own.csv", index=False)
+    nb = build_report(res.trace_path, sweep=tmp_path / "own.csv")["verdict"]["next_best"]
+    assert nb["label"] == "slower" and nb["speedup"] == pytest.approx(0.5)
+    for drop in ("status", "iteration_time_s"):  # a CSV that is not a points.csv
+        bad = tmp_path / f"no-{drop}.csv"
+        pd.read_csv(tmp_path / "points.csv").drop(columns=drop).to_csv(bad, index=False)
+        assert main(["report", str(res.trace_path), "--sweep", str(bad)]) == 2
 
 
 def _compute_op_seconds(res, rep) -> float:
