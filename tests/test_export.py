@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import math
 from collections import defaultdict
 
 import pytest
@@ -215,3 +216,130 @@ def test_export_of_a_missing_or_foreign_file_is_a_clear_error(tmp_path, capsys):
     assert main(["export", str(bad), "-o", str(tmp_path / "a.json")]) == 2
     err = capsys.readouterr().err
     assert "not found" in err and "not a meshtwin trace" in err
+
+
+# ----------------------------------------------------------------------------- the timeline
+@pytest.fixture(scope="module")
+def timeline(trace):
+    from twin.export.timeline import build_timeline
+    from twin.reading import TraceData
+
+    td = TraceData(trace, need=("ops",))
+    return td, build_timeline(td)
+
+
+def test_device_ranges_print_and_parse():
+    from twin.export.timeline import _ranges, parse_devices
+
+    assert _ranges([11, 0, 2, 1, 3, 8, 10]) == "0-3,8,10-11"
+    assert _ranges([5]) == "5" and _ranges([]) == ""
+    assert parse_devices("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_devices(None) is None
+    for bad in ("3-1", "-1", "x"):
+        with pytest.raises(ValueError):
+            parse_devices(bad)
+
+
+def test_thread_names_of_lanes_and_further_streams():
+    from twin.export.timeline import COMPUTE, LANE_STRIDE, PP, _thread_name
+
+    assert _thread_name(COMPUTE, []) == "compute"
+    assert _thread_name(PP + LANE_STRIDE, []) == "pipeline communication #2"
+    assert _thread_name(PP + 1, ["h2d", "load"]) == "h2d"
+    assert _thread_name(PP + 2 + 2 * LANE_STRIDE, ["h2d", "load"]) == "load #3"
+    assert _thread_name(PP + 3, ["h2d", "load"]) == f"stream {PP + 3}"
+
+
+def test_link_counters_integrate_to_each_links_bytes(timeline):
+    """Each network counter (a directed link's utilization over time, from the messages' route
+    plans) times the link's capacity integrates to the bytes the fabric booked on that link;
+    the links shown are the busiest ones."""
+    from twin.export.timeline import TOP_LINKS
+
+    td, tl = timeline
+    links = td.table("links").set_index(["src", "dst"])
+    lc = tl.counters[tl.counters["track"].str.endswith(" utilization")]
+    shown = []
+    for track, g in lc.groupby("track"):
+        u, w = (int(x) for x in track.split()[1].split("->"))
+        t, v = g["t"].to_numpy(), g["value"].to_numpy()
+        assert v[-1] == pytest.approx(0.0, abs=1e-9) and (v >= 0).all()
+        carried = float((v[:-1] * (t[1:] - t[:-1])).sum()) * links.loc[(u, w), "capacity"]
+        assert carried == pytest.approx(links.loc[(u, w), "bytes"], rel=1e-9)
+        shown.append((u, w))
+    busy = links[links["bytes"] > 0]
+    assert len(shown) == min(TOP_LINKS, len(busy)) and len(busy) > TOP_LINKS
+    assert busy.drop(index=shown)["bytes"].max() <= busy.loc[shown, "bytes"].min()
+
+
+def test_collective_slices_carry_the_bytes_of_their_phases(timeline):
+    """A TP or DP slice's bytes are those of its class's phases of that kind that ended
+    inside it (brute force over the messages table; absent, NaN, for a class that owns no
+    phase of the kind: the group's other members); together they are every phase's."""
+    td, tl = timeline
+    msgs = td.table("messages")
+    sl = tl.slices
+    for kind in ("tp", "dp"):
+        rows = sl[sl["cat"] == kind]
+        m = msgs[msgs["name"].str.startswith(f"{kind}_")]
+        owners = set(m["owner"] + 1)
+        for r in rows.itertuples(index=False):
+            mine = m[(m["owner"] == r.pid - 1) & (m["t_end"] > r.t0) & (m["t_end"] <= r.t1)]
+            if r.pid in owners:
+                assert r.bytes == pytest.approx(float(mine["bytes"].sum()), rel=1e-12)
+            else:
+                assert math.isnan(r.bytes)
+        assert rows["bytes"].sum() == pytest.approx(float(m["bytes"].sum()), rel=1e-12)
+        assert rows["bytes"].notna().sum() < len(rows)
+
+
+def test_pipeline_send_flows_end_where_the_receiver_waited_or_next_computed(timeline):
+    """Every pipeline send has a flow from its slice to the receiving class's compute
+    thread: the receive wait that ended at the arrival, else the first compute-thread slice
+    starting at or after it (checked by brute force)."""
+    from twin.export.timeline import COMPUTE, LANE_STRIDE
+
+    td, tl = timeline
+    sl, fl = tl.slices, tl.flows
+    msgs = td.table("messages")
+    cls_of = td.table("ranks").set_index("device")["cls"]
+    sends = fl[fl["name"] == "pipeline send"]
+    assert len(sends) == int(msgs["name"].str.startswith("p2p").sum()) > 0
+    waited = 0
+    for s, d in zip(sends["src"], sends["dst"], strict=True):
+        a, b = sl.iloc[s], sl.iloc[d]
+        (m,) = msgs[(msgs["owner"] == a.pid - 1) & (msgs["t_start"] == a.t0)
+                    & (msgs["t_end"] == a.t1) & (msgs["name"] == a["name"])].itertuples()
+        assert a["cat"] == "pipeline" and b.pid == cls_of[m.dst] + 1
+        assert tl.slices.loc[d, "tid"] % LANE_STRIDE == COMPUTE
+        if b["cat"] == "recv" and b.t1 == a.t1:
+            waited += 1
+            continue
+        mine = sl[(sl["pid"] == b.pid) & (sl["tid"] % LANE_STRIDE == COMPUTE)
+                  & (sl["t0"] >= a.t1)]
+        assert b.t0 == mine["t0"].min()
+    assert waited > 0
+
+
+@pytest.mark.parametrize("kind,group", [("tp", ["dp", "pp"]), ("dp", ["pp", "tp"])])
+def test_rendezvous_flows_join_the_classes_of_one_group(timeline, kind, group):
+    """Collective rendezvous flows run between the TP (DP) slices of two classes of one TP
+    (DP) group, the k-th instance of one to the k-th of the other, from the class that
+    arrived last; each instance of a group of g classes has g - 1 of them."""
+    td, tl = timeline
+    sl, fl = tl.slices, tl.flows
+    ranks = td.table("ranks")
+    key = ranks.groupby("cls")[group].first()
+    nth = sl[sl["cat"] == kind].groupby("pid").cumcount()
+    got = fl[fl["name"] == f"{kind} rendezvous"]
+    for s, d in zip(got["src"], got["dst"], strict=True):
+        a, b = sl.iloc[s], sl.iloc[d]
+        assert a["cat"] == kind and b["cat"] == kind and a.pid != b.pid
+        assert (key.loc[a.pid - 1] == key.loc[b.pid - 1]).all()
+        assert nth[s] == nth[d] and a.t0 >= b.t0
+    expect = 0
+    for _, g in ranks.groupby(group):
+        pids = sorted(set(g["cls"] + 1))
+        counts = [int(((sl["cat"] == kind) & (sl["pid"] == p)).sum()) for p in pids]
+        expect += min(counts) * (len(pids) - 1)
+    assert len(got) == expect > 0
