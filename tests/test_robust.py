@@ -516,19 +516,28 @@ def _damaged(kind: str, good: bytes, path: Path) -> None:
                 del f["ops"]["t_start"]
             elif kind == "units":
                 f["links"].attrs["units"] = "["
+            elif kind in ("code-low", "code-high"):  # a category code outside its list
+                ds = f["ops"]["kind"]
+                n = len(json.loads(f["ops"].attrs["categories/kind"]))
+                ds[0] = -5 if kind == "code-low" else n
+            elif kind == "no-schema":  # twin_version alone: an older meshtwin trace
+                del f.attrs["schema_version"]
 
 
 @pytest.mark.parametrize("kind, words", [
     ("truncated", "corrupted or truncated"), ("garbage", "not a meshtwin trace"),
     ("foreign", "not a meshtwin trace"), ("incomplete", "trace incomplete"),
     ("summary", "summary is corrupted"), ("column", "dataset ops/t_start is missing"),
-    ("units", "table links is corrupted")])
+    ("units", "table links is corrupted"),
+    ("code-low", "dataset ops/kind is corrupted (codes outside its categories)"),
+    ("code-high", "dataset ops/kind is corrupted (codes outside its categories)"),
+    ("no-schema", "trace schema None is not one this version of meshtwin reads")])
 def test_damaged_traces_exit_2_with_what_is_wrong(tmp_path, capsys, good_trace, kind, words):
     path = tmp_path / "t.h5"
     _damaged(kind, good_trace, path)
     for cmd in (["summary"], ["limits"], ["summary", "--json"], ["limits", "--json"]):
         code, _, err = _cli(capsys, cmd[0], str(path), *cmd[1:])
-        if cmd[0] == "summary" and kind in ("column", "units"):
+        if cmd[0] == "summary" and kind in ("column", "units", "code-low", "code-high"):
             assert code == 0  # summary needs neither table
         else:
             assert code == 2 and words in err, (cmd, err)
@@ -571,6 +580,37 @@ def test_a_trace_check_that_never_ends_is_cut_off(tmp_path, good_trace, monkeypa
     monkeypatch.setattr(tr, "CHECK_TIMEOUT_S", 0.5)
     with pytest.raises(tr.TraceError, match="did not finish"):
         tr.open_trace(path)
+
+
+def test_a_trace_without_the_version_of_the_twin_that_wrote_it_still_opens(tmp_path,
+                                                                           good_trace):
+    """Either trace attribute marks a meshtwin trace: ``schema_version`` alone is enough."""
+    from twin.kernel.trace import open_trace
+
+    path = tmp_path / "t.h5"
+    path.write_bytes(good_trace)
+    with h5py.File(path, "a") as f:
+        del f.attrs["twin_version"]
+    assert open_trace(path, need=("ops",))["complete"]
+
+
+def test_tables_written_in_blocks_read_back_whole(tmp_path):
+    """Rows buffered in blocks of 2, then whole columns, then more rows: the table reads back
+    every row in order, categories decoded, and the file checks out."""
+    from twin.kernel.trace import TraceWriter, open_trace, read_table
+
+    path = tmp_path / "b.h5"
+    with TraceWriter(path, block_rows=2) as w:
+        t = w.table("t", {"x": "float64", "name": "category"})
+        for i in range(5):
+            t.append(float(i), f"n{i % 2}")
+        t.extend({"x": [5.0, 6.0], "name": ["n2", "n0"]})
+        t.append(7.0, "n1")
+        w.finish({"summary": {}})
+    got = read_table(path, "t")
+    assert got["x"].tolist() == [float(i) for i in range(8)]
+    assert got["name"].astype(str).tolist() == ["n0", "n1", "n0", "n1", "n0", "n2", "n0", "n1"]
+    assert open_trace(path, need=("t",), verify=True)["complete"]
 
 
 def test_checksum_detects_changed_data(tmp_path, good_trace):

@@ -198,10 +198,8 @@ class TraceWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+        if self.file.id.valid:  # left by an exception or without finish(): nothing to keep
             self.abort()
-        elif self.file.id.valid:
-            self.abort()  # left without finish(): nothing complete to keep
 
 
 def partial_path(path: Path) -> Path:
