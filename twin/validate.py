@@ -120,7 +120,8 @@ def queueing_vs_theory() -> list[Row]:
         theory = q.mg1_mean_wait(lam, dist.mean, dist.second_moment)
         tol = max(4 * rep.mean_wait_se / theory, 0.01)
         rows.append(Row("theory", f"{name} mean wait, rho 0.7", rep.mean_wait, theory, "s", tol,
-                        "tolerance: 4 standard errors (batch means)"))
+                        f"tolerance: 4 standard errors (batch means), standard error "
+                        f"{rep.mean_wait_se!r} s"))
     return rows
 
 
