@@ -66,6 +66,7 @@ def test_perfetto_file_decodes_with_perfetto_protos(trace, tmp_path, capsys):
     for p in packets:
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
+            assert d.uuid != 0 and d.uuid not in tracks  # 0 is an event's default track
             tracks.add(d.uuid)
             if d.HasField("process"):
                 procs[d.process.pid] = d.process.process_name
@@ -343,3 +344,68 @@ def test_rendezvous_flows_join_the_classes_of_one_group(timeline, kind, group):
         counts = [int(((sl["cat"] == kind) & (sl["pid"] == p)).sum()) for p in pids]
         expect += min(counts) * (len(pids) - 1)
     assert len(got) == expect > 0
+
+
+def _decode(path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    return Trace.FromString(path.read_bytes()).packet
+
+
+def test_perfetto_slices_carry_their_names_categories_and_arguments(timeline, tmp_path):
+    """Each slice's begin event carries the timeline slice's name, category and arguments
+    (whole numbers as integers, FLOPs and bytes as doubles, absent ones left out), and the
+    counter events carry the timeline's counter values, in time order."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+    from twin.export.perfetto import ns, write_perfetto
+    from twin.export.timeline import ARG_COLUMNS
+
+    _td, tl = timeline
+    packets = _decode(write_perfetto(tl, tmp_path / "t.pftrace"))
+    begins = [p for p in packets if p.HasField("track_event")
+              and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    assert len(begins) == len(tl.slices)
+    want = {}
+    for r in tl.slices.itertuples(index=False):
+        args = {c: getattr(r, c) for c in ARG_COLUMNS if not math.isnan(getattr(r, c))}
+        want.setdefault((int(ns(r.t0)), r.name, r.cat), []).append(args)
+    for p in begins:
+        e = p.track_event
+        got = {}
+        for a in e.debug_annotations:
+            assert a.HasField("int_value") == (a.name not in ("flops", "bytes")), a
+            got[a.name] = a.int_value if a.HasField("int_value") else a.double_value
+        key = (p.timestamp, e.name, e.categories[0])
+        assert got in want[key], key
+    values = [(p.timestamp, p.track_event.double_counter_value) for p in packets
+              if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_COUNTER]
+    c = tl.counters.sort_values("t", kind="stable")
+    assert values == list(zip(ns(c["t"].to_numpy()).tolist(), c["value"].astype(float),
+                              strict=True))
+
+
+def test_perfetto_zero_length_slices_begin_before_they_end(tmp_path):
+    """A zero-length slice between two others on one thread: at its instant the slice before
+    ends, then the zero-length one begins and ends, then the next begins."""
+    import pandas as pd
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
+
+    from twin.export.perfetto import write_perfetto
+    from twin.export.timeline import ARG_COLUMNS, Timeline
+
+    nan = float("nan")
+    sl = pd.DataFrame({"pid": [1, 1, 1], "tid": [1, 1, 1], "t0": [0.0, 1.0, 1.0],
+                       "t1": [1.0, 1.0, 2.0], "name": ["a", "zero", "b"],
+                       "cat": ["compute"] * 3, **{c: [nan] * 3 for c in ARG_COLUMNS}})
+    tl = Timeline(pd.DataFrame({"pid": [1], "name": ["p"], "sort_index": [0]}),
+                  pd.DataFrame({"pid": [1], "tid": [1], "name": ["compute"]}), sl,
+                  pd.DataFrame(columns=["pid", "track", "t", "value"]),
+                  pd.DataFrame(columns=["id", "src", "dst", "name"]),
+                  pd.DataFrame(columns=["pid", "tid", "t", "name", "cat"]))
+    events = [(p.timestamp, p.track_event.type, p.track_event.name)
+              for p in _decode(write_perfetto(tl, tmp_path / "z.pftrace"))
+              if p.HasField("track_event")]
+    B, E = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
+    assert events == [(0, B, "a"), (10**9, E, ""), (10**9, B, "zero"), (10**9, E, ""),
+                      (10**9, B, "b"), (2 * 10**9, E, "")]

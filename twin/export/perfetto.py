@@ -76,9 +76,10 @@ def write_perfetto(tl: Timeline, out: Path) -> Path:
     kind = np.concatenate([np.ones(len(sl), dtype=np.int64), np.zeros(len(sl), dtype=np.int64)])
     idx = np.concatenate([np.arange(len(sl)), np.arange(len(sl))])
     # per slice, begin before end; at equal times an end closes before the next slice begins
-    # (slices of one thread are disjoint); a zero-length slice keeps begin then end
+    # (slices of one thread are disjoint), and a zero-length slice begins and ends between
+    # the two (not nested in the next)
     zero = np.concatenate([t0 == t1, t0 == t1])
-    rank = np.where(zero, 2 + (1 - kind), kind)
+    rank = np.where(zero, 2 - kind, 3 * kind)
     order = np.lexsort((idx, rank, ts))
     tracks = [thread_uuid[(int(p), int(t))] for p, t in zip(sl["pid"], sl["tid"], strict=True)]
     names = sl["name"].astype(str).to_numpy()
