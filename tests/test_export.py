@@ -409,3 +409,50 @@ def test_perfetto_zero_length_slices_begin_before_they_end(tmp_path):
     B, E = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
     assert events == [(0, B, "a"), (10**9, E, ""), (10**9, B, "zero"), (10**9, E, ""),
                       (10**9, B, "b"), (2 * 10**9, E, "")]
+
+
+def test_chrome_events_of_a_hand_made_timeline():
+    """Metadata on thread 0 of each process; a slice's whole-number arguments as integers,
+    FLOPs and bytes as floats, absent ones left out; global instants (faults, alerts) with
+    scope g on process 1, a process's clock change with scope p on its own process, both on
+    thread 0; flows from the middle of the source slice to the middle of the destination."""
+    import pandas as pd
+
+    from twin.export.chrome import US, events
+    from twin.export.timeline import ARG_COLUMNS, Timeline
+
+    nan = float("nan")
+    args = {c: [nan, nan] for c in ARG_COLUMNS}
+    args["stage"], args["flops"], args["bytes"] = [1.0, nan], [2.5e12, nan], [nan, 64.0]
+    sl = pd.DataFrame({"pid": [2, 3], "tid": [1, 4], "t0": [0.5, 1.0], "t1": [1.0, 3.0],
+                       "name": ["mlp_fwd", "p2p"], "cat": ["compute", "pipeline"], **args})
+    tl = Timeline(pd.DataFrame({"pid": [2, 3], "name": ["a", "b"], "sort_index": [1, 2]}),
+                  pd.DataFrame({"pid": [2, 3], "tid": [1, 4], "name": ["compute", "pp"]}), sl,
+                  pd.DataFrame({"pid": [2], "track": ["clock (MHz)"], "t": [0.25],
+                                "value": [1980]}),
+                  pd.DataFrame({"id": [7], "src": [1], "dst": [0], "name": ["pipeline send"]}),
+                  pd.DataFrame({"pid": [0, 3], "tid": [0, 0], "t": [0.1, 0.2],
+                                "name": ["fault", "clock 1980 -> 1755 MHz"],
+                                "cat": ["fault", "dvfs"]}))
+    ev = events(tl)
+    meta = [e for e in ev if e["ph"] == "M"]
+    assert {(e["name"], e["pid"], e["tid"]) for e in meta} == {
+        ("process_name", 2, 0), ("process_sort_index", 2, 0), ("process_name", 3, 0),
+        ("process_sort_index", 3, 0), ("thread_name", 2, 1), ("thread_sort_index", 2, 1),
+        ("thread_name", 3, 4), ("thread_sort_index", 3, 4)}
+    x = {e["name"]: e for e in ev if e["ph"] == "X"}
+    assert x["mlp_fwd"]["args"] == {"stage": 1, "flops": 2.5e12}
+    assert type(x["mlp_fwd"]["args"]["stage"]) is int
+    assert x["p2p"]["args"] == {"bytes": 64.0} and type(x["p2p"]["args"]["bytes"]) is float
+    assert (x["p2p"]["ts"], x["p2p"]["dur"]) == (1.0 * US, 2.0 * US)
+    inst = {e["name"]: (e["s"], e["pid"], e["tid"], e["ts"]) for e in ev if e["ph"] == "i"}
+    assert inst == {"fault": ("g", 1, 0, 0.1 * US),
+                    "clock 1980 -> 1755 MHz": ("p", 3, 0, 0.2 * US)}
+    (c,) = [e for e in ev if e["ph"] == "C"]
+    assert (c["name"], c["pid"], c["ts"], c["args"]) == ("clock (MHz)", 2, 0.25 * US,
+                                                        {"value": 1980.0})
+    fl = {e["ph"]: e for e in ev if e.get("cat") == "flow"}
+    assert (fl["s"]["pid"], fl["s"]["tid"], fl["s"]["ts"]) == (3, 4, 2.0 * US)
+    assert (fl["f"]["pid"], fl["f"]["tid"], fl["f"]["ts"], fl["f"]["bp"]) == (2, 1, 0.75 * US,
+                                                                            "e")
+    assert fl["s"]["id"] == fl["f"]["id"] == 7

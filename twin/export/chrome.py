@@ -58,7 +58,7 @@ def events(tl: Timeline) -> list[dict]:
     for i in tl.instants.itertuples(index=False):
         scope = "g" if int(i.pid) == 0 else "p"
         ev.append({"name": i.name, "cat": i.cat, "ph": "i", "ts": i.t * US,
-                   "pid": max(int(i.pid), 1) if scope == "p" else 1, "tid": 0, "s": scope})
+                   "pid": int(i.pid) if scope == "p" else 1, "tid": 0, "s": scope})
     sl = tl.slices
     for f in tl.flows.itertuples(index=False):
         a, b = sl.loc[f.src], sl.loc[f.dst]
