@@ -308,10 +308,14 @@ def test_hbm_bound_time_is_what_infinitely_fast_memory_would_save(tmp_path):
     """``hbm_bound_s`` (compute time beyond the math roof) against a second run whose HBM is
     10^6 times faster: its compute blocks are their math alone, so the attributed compute
     time drops by the first run's HBM-bound time (to the 1e-6 the fast memory leaves)."""
+    from twin.catalogs import catalog
+
     base = ["workload.iterations=2", "power.thermal.enabled=false"]
+    bw = catalog("devices").get(scenario_dict()["cluster"]["device"]).values[
+        "hbm_bandwidth_gbps"]
     slow = build_report(_run(tmp_path, "hbm", base).trace_path)
     fast = build_report(_run(tmp_path, "hbm-fast", [*base,
-                             "cluster.device.hbm_bandwidth_gbps=3.35e9"]).trace_path)
+                             f"cluster.device.hbm_bandwidth_gbps={bw * 1e6}"]).trace_path)
     bound = slow["time"]["hbm_bound_s"]
     assert 0 < bound < _compute(slow)
     assert _compute(slow) - _compute(fast) == pytest.approx(bound, rel=1e-5)
