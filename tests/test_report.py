@@ -128,6 +128,12 @@ def test_hbm_bound_kernels_are_named_memory_bandwidth_without_an_mfu_alert(tmp_p
     v, t = rep["verdict"], rep["time"]
     assert res.summary["mfu"] > 0.5
     assert not any(a.startswith("MFU ") for a in v["alerts"])
+    # the scenario's own MFU floor, not the brief's default 30%
+    strict = _run(tmp_path, "dense-strict", ["workload.seq_len=2048", "workload.micro_batch=4",
+                                             "workload.global_batch=64",
+                                             "power.alerts.mfu_threshold=0.9"])
+    alerts = build_report(strict.trace_path)["verdict"]["alerts"]
+    assert f"MFU {strict.summary['mfu']:.1%} < 90%: check data loading" in " ".join(alerts)
     assert v["layer"] == "memory bandwidth"
     share = t["hbm_bound_s"] / t["iteration_time_s"]
     assert v["layer_shares"]["memory bandwidth"] == pytest.approx(share, rel=1e-12)

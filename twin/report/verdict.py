@@ -16,7 +16,8 @@ Layers from the attribution's categories:
 The verdict names the layer with the largest share of the iteration when that share is at least
 ``min_share`` (default 5%); below, the run is *compute-bound* (the math units are the limit).
 The second brief's alert thresholds go into the evidence: power above 85% of the design power,
-MFU below 30%, a die above its temperature limit (the run's ``alerts``); resources "near their
+MFU below 30% (the scenario's ``power.alerts.mfu_threshold``), a die above its temperature
+limit (the run's ``alerts``); resources "near their
 limit" at 90% (power) and 95% (bandwidth) utilization.
 """
 
@@ -130,8 +131,10 @@ def _alerts(td: TraceData) -> list[str]:
     if kinds.get("power"):
         out.append(f"power above 85% of the design power ({kinds['power']} alert(s))")
     mfu = s.get("mfu")
-    if mfu is not None and mfu < 0.30:
-        out.append(f"MFU {mfu:.1%} < 30%: check data loading and communication (second brief)")
+    floor = td.scenario.get("power", {}).get("alerts", {}).get("mfu_threshold", 0.30)
+    if mfu is not None and mfu < floor:
+        out.append(f"MFU {mfu:.1%} < {floor:.0%}: check data loading and communication "
+                   "(second brief)")
     if kinds.get("temperature"):
         out.append(f"a die reached its temperature limit ({kinds['temperature']} alert(s))")
     return out
