@@ -339,3 +339,24 @@ def test_energy_per_iteration_by_component_and_position_add_up(tmp_path):
     pos = e["by_position"].values()
     assert sum(p["energy_j_per_iteration"] for p in pos) == pytest.approx(per_it, rel=1e-9)
     assert sum(p["devices"] for p in pos) == res.summary["devices"]
+
+
+def test_resources_near_their_limit_are_flagged(tmp_path):
+    """The brief's early signals: a die too hot to throttle is held at the board's limit
+    (the device's tdp_w here): its power is flagged at 100% of that limit; links at 1 Gb/s
+    stay busy nearly all the run and the busiest is flagged. A dense run on cool dies and
+    fast links raises neither."""
+    hot = _run(tmp_path, "hot", ["workload.iterations=2", *HOT_UNTHROTTLED,
+                                 "cluster.link.bandwidth_gbps=1"])
+    rep = build_report(hot.trace_path)
+    limit = rep["time"]["board_limit_w"]
+    assert limit == load_scenario(scenario_dict()).cluster.device.tdp_w
+    alerts = " | ".join(rep["verdict"]["alerts"])
+    assert f"board power up to {limit:.0f} W, 100% of its {limit:.0f} W limit" in alerts
+    util = hot.summary["max_link_utilization"]
+    assert util >= 0.95
+    assert f"the busiest link carries {util:.0%} of its capacity over the run" in alerts
+    dense = _run(tmp_path, "cool", ["workload.seq_len=2048", "workload.micro_batch=4",
+                                    "workload.global_batch=64", "power.thermal.enabled=false"])
+    assert not [a for a in build_report(dense.trace_path)["verdict"]["alerts"]
+                if "limit" in a]

@@ -137,7 +137,8 @@ def _clip(t0: np.ndarray, t1: np.ndarray, lo: float, hi: float) -> np.ndarray:
 def attribute(td: TraceData) -> dict[str, Any]:
     """Per-iteration attribution (see the module doc): ``iterations`` (list of
     {iteration, start_s, end_s, time_s, critical_class, categories}), ``mean`` (seconds per
-    category over iterations) and ``fractions`` (of the mean iteration time)."""
+    category over iterations), ``fractions`` (of the mean iteration time) and
+    ``board_limit_w`` (the board power limit in force, W)."""
     ops = td.table("ops")
     msgs = td.table("messages")
     power = td.table("power")
@@ -195,7 +196,8 @@ def attribute(td: TraceData) -> dict[str, Any]:
             "mean": {k: mean[k] for k in order},
             "fractions": {k: mean[k] / t_mean if t_mean > 0 else 0.0 for k in order},
             "hbm_bound_s": _hbm_bound(ops, costs, crit, starts, ends),
-            "critical_path": "compute stream of the class that ends each iteration"}
+            "critical_path": "compute stream of the class that ends each iteration",
+            "board_limit_w": float(costs.cap_w)}
 
 
 def _hbm_bound(ops, costs: _Costs, crit, starts, ends) -> float:

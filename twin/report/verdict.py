@@ -17,8 +17,10 @@ The verdict names the layer with the largest share of the iteration when that sh
 ``min_share`` (default 5%); below, the run is *compute-bound* (the math units are the limit).
 The second brief's alert thresholds go into the evidence: power above 85% of the design power,
 MFU below 30% (the scenario's ``power.alerts.mfu_threshold``), a die above its temperature
-limit (the run's ``alerts``); resources "near their
-limit" at 90% (power) and 95% (bandwidth) utilization.
+limit (the run's ``alerts``); resources "near their limit" (the brief's early signal, before
+the peak): a device's board power at 90% of the board's limit in force (``power.cap_w``, else
+the device's ``tdp_w``) or more, the busiest link carrying 95% of its capacity or more over
+the run.
 """
 
 from __future__ import annotations
@@ -124,7 +126,12 @@ def _evidence(layer: str, attr: dict, td: TraceData) -> str:
             f"{s.get('availability', 1):.3f})")
 
 
-def _alerts(td: TraceData) -> list[str]:
+#: utilization at which a resource is "near its limit" (second brief, 4.1: power 90%,
+#: bandwidth 95%)
+NEAR_POWER, NEAR_BANDWIDTH = 0.90, 0.95
+
+
+def _alerts(td: TraceData, attr: dict[str, Any]) -> list[str]:
     s = td.summary
     out = []
     kinds = s.get("alerts_by_kind") or {}
@@ -137,6 +144,17 @@ def _alerts(td: TraceData) -> list[str]:
                    "(second brief)")
     if kinds.get("temperature"):
         out.append(f"a die reached its temperature limit ({kinds['temperature']} alert(s))")
+    pw = td.table("power")
+    limit = attr.get("board_limit_w")
+    if len(pw) and limit:
+        peak = float(pw["watts"].max())
+        if peak >= NEAR_POWER * limit * (1 - 1e-9):
+            out.append(f"board power up to {peak:.0f} W, {peak / limit:.0%} of its {limit:.0f} W "
+                       f"limit (near it from {NEAR_POWER:.0%})")
+    util = s.get("max_link_utilization")
+    if util is not None and util >= NEAR_BANDWIDTH:
+        out.append(f"the busiest link carries {util:.0%} of its capacity over the run (near "
+                   f"its limit from {NEAR_BANDWIDTH:.0%})")
     return out
 
 
@@ -190,5 +208,5 @@ def verdict(attr: dict[str, Any], td: TraceData, sweep: str | Path | None = None
         move += (f"; in the sweep, {nb['label'] or nb['strategy']} runs an iteration in "
                  f"{nb['iteration_time_s']:.4g} s ({nb['speedup']:.2f}x) at "
                  f"{nb['energy_ratio']:.2f}x the energy")
-    return {"layer": layer, "text": text, "layer_shares": shares, "alerts": _alerts(td),
+    return {"layer": layer, "text": text, "layer_shares": shares, "alerts": _alerts(td, attr),
             "what_would_move_it": move, "next_best": nb, "min_share": min_share}
