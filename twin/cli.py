@@ -58,7 +58,7 @@ CONTENTION_KEYS = ("hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_
                    "hbm_port_capped_s", "iteration_time_p99_s", "iteration_time_cov")
 
 
-def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:
+def print_summary(summary: dict[str, Any], out=None, *, everything: bool) -> None:
     """Human-readable summary, one key per line (SI units in the key names): the DESIGN
     contract keys and a few headline details, or every key with ``everything``."""
     from twin.summary import SUMMARY_KEYS
@@ -269,6 +269,8 @@ class CheckCommand(Command):
                 print(f"FAIL {exc}", file=sys.stderr)
             else:
                 print(f"ok   {path} ({what})")
+        if bad:
+            print(f"{bad} of {len(args.scenarios)} file(s) failed", file=sys.stderr)
         return EXIT_BAD_INPUT if bad else 0
 
 

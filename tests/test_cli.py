@@ -1,0 +1,73 @@
+"""The command line's own logic (``twin/cli.py``): the summary printout, ``twin check`` over
+several files, ``twin validate``'s arguments and the exit code of an interrupted command."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import scenario_dict
+from twin.cli import main, print_summary
+
+
+def test_summary_lines_are_aligned_and_a_mean_that_does_not_settle_is_flagged():
+    s = {"iteration_time_s": 1.5, "energy_j": 2.0, "iteration_time_converged": False,
+         "iteration_time_mean_is": "finite-sample average",
+         "iteration_time_warnings": ["Hill alpha 1.4 < 2"], "some_other_key": 1}
+    out = io.StringIO()
+    print_summary(s, out, everything=True)
+    lines = out.getvalue().splitlines()
+    values = [ln for ln in lines if ln.startswith("  ") and not ln.startswith("  warning")
+              and not ln.startswith("    ")]
+    assert len(values) == len(s)
+    assert len({ln.index(" ", 2 + max(len(k) for k in s)) for ln in values}) == 1
+    assert values[0] == f"  {'iteration_time_s':<{max(len(k) for k in s)}}  1.5"
+    assert "  warning: iteration_time_s is a finite-sample average:" in lines
+    assert "    - Hill alpha 1.4 < 2" in lines
+    for converged in (True, None):
+        out = io.StringIO()
+        print_summary({**s, "iteration_time_converged": converged}, out, everything=True)
+        assert "  warning:" not in out.getvalue()
+
+
+def test_check_counts_the_files_that_failed(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(scenario_dict()))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(scenario_dict(seed=-1)))
+    assert main(["check", str(good)]) == 0
+    assert "failed" not in capsys.readouterr().err
+    assert main(["check", str(bad), str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("FAIL") == 2 and err.splitlines()[-1] == "2 of 3 file(s) failed"
+
+
+def test_validate_refuses_an_unknown_check_and_writes_a_plain_csv(tmp_path, capsys):
+    assert main(["validate", "--only", "pipeline", "--only", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--only" in err and "nope" in err and "pipeline" in err  # the allowed names
+    out = tmp_path / "v.csv"
+    assert main(["validate", "--only", "pipeline", "--csv", str(out)]) == 0
+    df = pd.read_csv(out)
+    assert list(df.columns[:3]) == ["group", "check", "predicted"] and len(df) == 3
+
+
+def test_an_interrupted_command_exits_130(monkeypatch, capsys):
+    import twin.cli
+
+    def interrupted(self, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(twin.cli.CatalogCommand, "run", interrupted)
+    assert main(["catalog", "devices"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["run"], ["check"], ["export"]])
+def test_missing_arguments_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "usage:" in capsys.readouterr().err
