@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from devices.power import AlertSpec
 from twin.reading import TraceData
 from twin.report.attribution import (
     BUBBLE,
@@ -138,7 +139,8 @@ def _alerts(td: TraceData, attr: dict[str, Any]) -> list[str]:
     if kinds.get("power"):
         out.append(f"power above 85% of the design power ({kinds['power']} alert(s))")
     mfu = s.get("mfu")
-    floor = td.scenario.get("power", {}).get("alerts", {}).get("mfu_threshold", 0.30)
+    floor = td.scenario.get("power", {}).get("alerts", {}).get(
+        "mfu_threshold", AlertSpec.model_fields["mfu_threshold"].default)  # (older traces)
     if mfu is not None and mfu < floor:
         out.append(f"MFU {mfu:.1%} < {floor:.0%}: check data loading and communication "
                    "(second brief)")
