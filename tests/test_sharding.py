@@ -59,7 +59,7 @@ def zero_states(strategy: str, n: int) -> float:
             "shard_grad_op": w + (g + k) / n, "hybrid_shard": (w + g + k) / n}[strategy]
 
 
-def buffers(strategy: str, prefetch: bool = True) -> float:
+def buffers(strategy: str, prefetch: bool = True, bucket: float = 25e6) -> float:
     """Communication buffers: FULL_SHARD holds the gathered unit and the prefetched next one
     (2 bytes each) and two unsharded unit gradients awaiting their reduce-scatter; SHARD_GRAD_OP
     only the gradients (its weights are whole anyway); ZeRO-2 two gradient buckets."""
@@ -68,7 +68,7 @@ def buffers(strategy: str, prefetch: bool = True) -> float:
     if strategy == "shard_grad_op":
         return 2 * 2.0 * UNIT
     if strategy == "zero2":
-        return 2 * min(2.0 * PSI, 25e6 + 2.0 * UNIT)
+        return 2 * min(2.0 * PSI, bucket + 2.0 * UNIT)
     return 0.0
 
 
@@ -90,6 +90,17 @@ def test_memory_per_device_is_the_zero_closed_form(tmp_path, strategy, group):
     assert mem.total == pytest.approx(expected, rel=1e-9)
     if strategy in ("zero3", "full_shard"):  # the issue's form: (2 + 2 + 12) Psi / N + acts
         assert mem.total - mem.buffers == pytest.approx(16.0 * PSI / 8 + activations(), rel=1e-9)
+
+
+def test_zero2_buckets_smaller_than_the_gradients_bound_its_buffers(tmp_path):
+    """4 MB buckets (`workload.grad_bucket_mb`, in 10^6 bytes): two buckets of at most 4 MB
+    plus one unit's gradient each, not the whole 2 Psi."""
+    s = scen(tmp_path, "zero2")
+    mem = build(load_scenario(s.model_dump(mode="json"),
+                              ["workload.grad_bucket_mb=4"])).stage_memory[0]
+    assert 2 * (4e6 + 2.0 * UNIT) < 2 * 2.0 * PSI
+    assert mem.total == pytest.approx(zero_states("zero2", 8) + activations()
+                                      + buffers("zero2", bucket=4e6), rel=1e-9)
 
 
 def test_prefetch_off_holds_one_gathered_unit_less(tmp_path):
@@ -142,6 +153,21 @@ def test_zero2_buckets_fill_in_backward_order_and_flush_at_each_microbatch(tmp_p
     rs = msg[msg["name"] == "shard_reduce_scatter"].sort_values("t_start")
     assert list(rs["bytes"] / 7) == pytest.approx([head + 3 * layer, layer + emb] * 2,
                                                   rel=1e-12)
+
+
+def test_ddp_buckets_fill_in_backward_order(tmp_path):
+    """Plain data parallelism's gradient buckets, by hand: 2-byte gradients arrive in
+    backward order (head, L3 .. L0, embedding) and a bucket is all-reduced once it holds at
+    least `grad_bucket_mb` (10^6 bytes): with 6 MB, head + L3, L2 + L1, L0 + embedding. A
+    ring all-reduce of n bytes over 8 ranks moves 2 x 7 n in all."""
+    s = scen(tmp_path, "none")
+    res = run(load_scenario(s.model_dump(mode="json"), ["workload.grad_bucket_mb=6"]))
+    layer, emb, head = 2.0 * layer_params(), 2.0 * VOCAB * H, 2.0 * (VOCAB * H + H)
+    assert max(head, layer, emb) < 6e6 <= min(head + layer, 2 * layer, layer + emb)
+    msg = read_table(res.trace_path, "messages")
+    ar = msg[msg["name"] == "dp_allreduce"].sort_values("t_start")
+    assert list(ar["bytes"] / 14) == pytest.approx([head + layer, 2 * layer, layer + emb],
+                                                   rel=1e-12)
 
 
 def test_full_shard_volume_with_pipeline_stages_of_one_layer(tmp_path):
@@ -270,6 +296,14 @@ def test_sharding_with_tp_and_pp_is_symmetric_and_shards_each_slice(tmp_path):
     slice0 = (2 * layer_params() + VOCAB * H) / 2   # stage 0: 2 layers + embedding, / tp
     assert mem[0].weights == pytest.approx(2.0 * slice0 / 2, rel=1e-12)  # / dp
     assert mem[0].optimizer == pytest.approx(K_ADAM * slice0 / 2, rel=1e-12)
+    # FULL_SHARD over each slice's dp ring of 2: 3 m collectives of its 2-byte parameters per
+    # step, half of each buffer per rank; the slices' parameters add up to Psi (each / tp)
+    d3 = scenario_dict(**base)
+    d3["trace"] = {"path": str(tmp_path / "tp.h5"), "tables": ["messages"]}
+    msg = read_table(run(load_scenario(d3)).trace_path, "messages")
+    shard = float(msg.loc[msg["name"].astype(str).str.startswith("shard_"), "bytes"].sum())
+    m = 2
+    assert shard == pytest.approx(2 * 3 * m * 2.0 * PSI / 2, rel=1e-9)
     # pipeline waits and exposed all-gathers are each a part of a device's time
     wait = s1["sharding"]["allgather_wait_per_device_s"]
     assert s1["pipeline_wait_per_device_s"] > 0 and wait > 0
