@@ -71,3 +71,12 @@ def test_missing_arguments_are_usage_errors(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_by_default_the_summary_prints_the_contract_keys_and_counts_the_rest():
+    s = {"iteration_time_s": 1.5, "energy_j": 2.0, "some_other_key": 1, "another": 2}
+    out = io.StringIO()
+    print_summary(s, out)
+    text = out.getvalue()
+    assert "iteration_time_s" in text and "energy_j" in text
+    assert "some_other_key" not in text and "(2 more keys: --all or --json)" in text

@@ -80,7 +80,7 @@ def test_heavy_tailed_hbm_fault_run_is_flagged(capsys):
     s = twin.run(scen).summary
     assert s["iteration_time_converged"] is False
     assert any("faults[0].tail" in w for w in s["iteration_time_warnings"])
-    print_summary(s, everything=False)
+    print_summary(s)
     assert "warning: iteration_time_s is a sample mean" in capsys.readouterr().out
 
 

@@ -58,7 +58,7 @@ CONTENTION_KEYS = ("hbm_max_streams", "hbm_slowdown_mean", "contention_slowdown_
                    "hbm_port_capped_s", "iteration_time_p99_s", "iteration_time_cov")
 
 
-def print_summary(summary: dict[str, Any], out=None, *, everything: bool) -> None:
+def print_summary(summary: dict[str, Any], out=None, everything: bool = False) -> None:
     """Human-readable summary, one key per line (SI units in the key names): the DESIGN
     contract keys and a few headline details, or every key with ``everything``."""
     from twin.summary import SUMMARY_KEYS
