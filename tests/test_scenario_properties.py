@@ -80,3 +80,20 @@ def test_an_explicit_dp_algorithm_must_fit_hybrid_shard_groups_too():
     with pytest.raises(ScenarioError, match="does not fit the shard groups"):
         _scen("network.dp_algorithm=torus2d", "workload.sharding.strategy=hybrid_shard",
               "workload.sharding.group=2")
+
+
+@pytest.mark.parametrize("key,ok,bad", [
+    ("nics_per_node", ["1", "8"], ["0", "9"]),             # 1..GPUs of a node
+    ("nodes_per_leaf", ["1", "2"], ["0"]),
+    ("oversubscription", ["1.0", "2.5"], ["0.5", ".inf", ".nan"]),  # down- per up-link
+])
+def test_switched_options_at_their_bounds(key, ok, bad):
+    from tests.conftest import ROOT
+
+    path = ROOT / "scenarios" / "switched.yaml"
+    for value in ok:
+        s = load_scenario(path, [f"cluster.topology.{key}={value}"])
+        assert getattr(s.cluster.topology, key) == pytest.approx(float(value))
+    for value in bad:
+        with pytest.raises(ScenarioError, match=f"cluster.topology.{key}"):
+            load_scenario(path, [f"cluster.topology.{key}={value}"])
