@@ -232,8 +232,15 @@ def test_switched_fat_tree_wiring():
     sw = shared.fat_tree.nvswitch(0)
     assert sorted(shared.graph.nodes[v]["role"] for v in shared.graph.neighbors(sw)) == \
         ["device"] * 4 + ["leaf"] * 2
+    # NICs on the NVSwitch: GPU g of a node leaves through rail g R / G (4 GPUs, 2 rails)
+    assert [shared.fat_tree.rail_of(d) for d in range(8)] == [0, 0, 1, 1] * 2
+    assert [t.fat_tree.rail_of(d) for d in range(8)] == [0, 1, 2, 3] * 2  # a NIC per GPU
+    single = _switched(nics_per_node=1)  # one rail, one leaf: still a fabric
+    assert single.fat_tree.leaves.size == 1 and single.fat_tree.has_fabric
+    assert single.fat_tree.leaf_groups == 1
     one_node = build_topology("switched", (8, 1), "nvs", 18)
     assert not one_node.fat_tree.has_fabric and one_node.link_types() == {"nvs"}
+    assert one_node.fat_tree.leaf_groups == 0
     with pytest.raises(MissingLinkType):
         build_topology("switched", (8, 2), "nvs", 18)
 
