@@ -55,13 +55,19 @@ def _base(name: str) -> str:
     return name.split(" #")[0]
 
 
+def _decode(path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    return Trace.FromString(path.read_bytes()).packet
+
+
 def test_perfetto_file_decodes_with_perfetto_protos(trace, tmp_path, capsys):
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
     out = tmp_path / "run.pftrace"
     assert main(["export", str(trace), "-o", str(out)]) == 0
     assert "perfetto" in capsys.readouterr().out
-    packets = Trace.FromString(out.read_bytes()).packet
+    packets = _decode(out)
     procs, threads, counters, tracks = {}, {}, {}, set()
     for p in packets:
         if p.HasField("track_descriptor"):
@@ -344,12 +350,6 @@ def test_rendezvous_flows_join_the_classes_of_one_group(timeline, kind, group):
         counts = [int(((sl["cat"] == kind) & (sl["pid"] == p)).sum()) for p in pids]
         expect += min(counts) * (len(pids) - 1)
     assert len(got) == expect > 0
-
-
-def _decode(path):
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
-
-    return Trace.FromString(path.read_bytes()).packet
 
 
 def test_perfetto_slices_carry_their_names_categories_and_arguments(timeline, tmp_path):

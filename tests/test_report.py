@@ -117,21 +117,22 @@ def test_slow_link_is_named_interconnect(tmp_path):
     assert any(a.startswith("MFU ") for a in v["alerts"])
 
 
+#: long sequences and micro batches of 4 of a 1B model on eight data-parallel devices
+DENSE = ["workload.seq_len=2048", "workload.micro_batch=4", "workload.global_batch=64"]
+
+
 def test_hbm_bound_kernels_are_named_memory_bandwidth_without_an_mfu_alert(tmp_path):
     """Long sequences and micro batches of 4 of a 1B model on eight data-parallel devices:
     MFU above 50%, so the MFU alert (below 30%) stays silent, and the largest layer is the
     time its memory-bound kernels (norms, element-wise, the optimizer) spend beyond their
     math roof: the verdict names memory bandwidth with that share and no contention."""
-    res = _run(tmp_path, "dense", ["workload.seq_len=2048", "workload.micro_batch=4",
-                                   "workload.global_batch=64"])
+    res = _run(tmp_path, "dense", DENSE)
     rep = build_report(res.trace_path)
     v, t = rep["verdict"], rep["time"]
     assert res.summary["mfu"] > 0.5
     assert not any(a.startswith("MFU ") for a in v["alerts"])
     # the scenario's own MFU floor, not the brief's default 30%
-    strict = _run(tmp_path, "dense-strict", ["workload.seq_len=2048", "workload.micro_batch=4",
-                                             "workload.global_batch=64",
-                                             "power.alerts.mfu_threshold=0.9"])
+    strict = _run(tmp_path, "dense-strict", [*DENSE, "power.alerts.mfu_threshold=0.9"])
     alerts = build_report(strict.trace_path)["verdict"]["alerts"]
     assert f"MFU {strict.summary['mfu']:.1%} < 90%: check data loading" in " ".join(alerts)
     assert v["layer"] == "memory bandwidth"
@@ -356,7 +357,6 @@ def test_resources_near_their_limit_are_flagged(tmp_path):
     util = hot.summary["max_link_utilization"]
     assert util >= 0.95
     assert f"the busiest link carries {util:.0%} of its capacity over the run" in alerts
-    dense = _run(tmp_path, "cool", ["workload.seq_len=2048", "workload.micro_batch=4",
-                                    "workload.global_batch=64", "power.thermal.enabled=false"])
+    dense = _run(tmp_path, "cool", [*DENSE, "power.thermal.enabled=false"])
     assert not [a for a in build_report(dense.trace_path)["verdict"]["alerts"]
                 if "limit" in a]

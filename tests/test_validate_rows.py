@@ -15,6 +15,12 @@ from twin.validate import run_checks
 FAST = ("collectives", "queueing", "pipeline", "flops", "conservation", "data", "nccl")
 
 
+@pytest.fixture(scope="module")
+def rows():
+    """The queueing, pipeline, data and NCCL rows, run once for the tests below."""
+    return run_checks(["queueing", "pipeline", "data", "nccl"])
+
+
 def test_fast_rows_are_within_their_targets(capsys):
     args = ["validate", "--strict"]
     for name in FAST:
@@ -24,13 +30,13 @@ def test_fast_rows_are_within_their_targets(capsys):
     assert "MISS" not in out and "22/22 within target" in out
 
 
-def test_the_references_are_the_closed_forms():
+def test_the_references_are_the_closed_forms(rows):
     """M/G/1 mean wait (Pollaczek-Khinchine) at rho 0.7 with mean service 1 s:
     rho / (1 - rho) x (1 + cov^2) / 2 for exponential, deterministic, lognormal cov 2 and
     Erlang-4 service; the 1F1B bubble (p - 1) / (m + p - 1) and the interleaved one
     (p - 1) / (v m + p - 1); a GPU fed at r times its consumption waits 1 - r of the
     time."""
-    df = run_checks(["queueing", "pipeline", "data"]).set_index("check")
+    df = rows[rows["group"] == "theory"].set_index("check")
     pk = 0.7 / 0.3
     want = {"M/M/1 mean wait, rho 0.7": pk, "M/D/1 mean wait, rho 0.7": pk / 2,
             "M/G/1 lognormal cov 2 mean wait, rho 0.7": pk * (1 + 4) / 2,
@@ -47,19 +53,19 @@ def test_the_references_are_the_closed_forms():
                                                        rel=1e-9)
 
 
-def test_queueing_targets_are_four_standard_errors():
+def test_queueing_targets_are_four_standard_errors(rows):
     """The queueing rows' targets: 4 standard errors of the simulated mean (batch means, as
     the note reports it) relative to the theory, at least 1%."""
-    df = run_checks(["queueing"])
+    df = rows[rows["check"].str.contains("mean wait")]
     for r in df.itertuples():
         se = float(r.note.rsplit("standard error ", 1)[1].removesuffix(" s"))
         assert 0 < se < 0.05 * r.reference
         assert r.target == max(4 * se / r.reference, 0.01)
 
 
-def test_calibrated_rows_are_marked_and_only_they():
+def test_calibrated_rows_are_marked_and_only_they(rows):
     """Only the NCCL rows that set a catalog number say so; theory rows never."""
-    df = run_checks(["queueing", "pipeline", "nccl"]).set_index("check")
+    df = rows.set_index("check")
     assert set(df.index[df["calibrated"]]) == {
         "8x H100 NVLink all-reduce (ring)",
         "2x8 H100 NDR400 all-reduce (rail rings), busbw per NIC"}
