@@ -76,7 +76,8 @@ def test_an_explicit_dp_algorithm_must_fit_hybrid_shard_groups_too():
     """torus2d all-reduces over a 2D sub-grid: the data-parallel group of a 4x2 torus is one
     (full sharding is accepted), but hybrid sharding also runs it over shard groups of 2
     devices in a row, which are not, and is refused naming them."""
-    assert _scen("network.dp_algorithm=torus2d", "workload.sharding.strategy=full_shard")
+    full = _scen("network.dp_algorithm=torus2d", "workload.sharding.strategy=full_shard")
+    assert full.network.dp_algorithm == "torus2d"
     with pytest.raises(ScenarioError, match="does not fit the shard groups"):
         _scen("network.dp_algorithm=torus2d", "workload.sharding.strategy=hybrid_shard",
               "workload.sharding.group=2")
