@@ -32,6 +32,7 @@ from devices.hbm import (
     simulate_reference,
     spec_from_entry,
 )
+from devices.hbm.aot import _load_aot
 from twin.kernel.catalog import CatalogEntry
 from twin.kernel.errors import ScenarioError
 
@@ -76,12 +77,17 @@ def requests(arrival_ns, channel, bank, row, write=None, stream=None) -> HbmRequ
                                    write, stream)
 
 
+#: the builds of the compiled loop to check (the ahead-of-time one when it is built and current)
+BUILDS = ["jit", *(["aot"] if _load_aot() is not None else [])]
+
+
 def assert_same(spec: HbmSpec, req: HbmRequests, refresh: bool = True) -> None:
-    fast = simulate(spec, req, refresh=refresh)
     ref = simulate_reference(spec, req, refresh=refresh)
-    np.testing.assert_array_equal(fast.completion_s, ref.completion_s)
-    np.testing.assert_array_equal(fast.kind, ref.kind)
-    assert np.all(fast.completion_s > req.arrival_s)
+    for build in BUILDS:
+        fast = simulate(spec, req, refresh=refresh, build=build)
+        np.testing.assert_array_equal(fast.completion_s, ref.completion_s)
+        np.testing.assert_array_equal(fast.kind, ref.kind)
+        assert np.all(fast.completion_s > req.arrival_s)
 
 
 # ---------------------------------------------------------------- engine == reference
