@@ -11,8 +11,11 @@ drawing its own factors (fast mode: one agent per TP group drawing for each memb
 ``simulation.tp_group_agents``), ``frfcfs-per-rank`` the same with one agent per rank (what
 independent draws cost without that shortcut).
 Each variant runs in a fresh subprocess; target: contention wall <= 3x roofline wall. The
-first run of a process is cold (the FR-FCFS engine's compiled code, ~0.6 s, is loaded in it);
-the variant is run twice more in the same process (``warm_wall_s``, the faster of the two, and
+first run of a process is cold: the FR-FCFS engine's compiled code is loaded in it, ~1 ms for
+the build compiled at install (``devices.hbm.aot``), ~0.8 s for Numba's JIT build (Numba's
+start), which ``frfcfs-per-device-jit`` forces (``MESHTWIN_HBM_ENGINE=jit``: before and after
+the ahead-of-time build, side by side); ``engine_build`` says which ran. The variant is run
+twice more in the same process (``warm_wall_s``, the faster of the two, and
 ``warm_vs_roofline``: what each further run of a sweep costs a worker), except ``COLD_ONLY``.
 For ``PAIRED`` variants ``cold_ratio_median`` is the median cold ratio over alternating cold
 runs of the variant and its baseline (``--pairs``), less exposed to the host's load than one;
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -38,6 +42,7 @@ VARIANTS = {
     "frfcfs-no-cap": {"memory": {"model": "frfcfs", "per_device_draws": False,
                                  "transfer_cap": False}},
     "frfcfs-per-device": {"memory": {"model": "frfcfs"}},
+    "frfcfs-per-device-jit": {"memory": {"model": "frfcfs"}},
     "frfcfs-per-rank": {"memory": {"model": "frfcfs"}, "simulation": {"tp_group_agents": False}},
     "roofline+tp-overlap": {"overlap": {"tp_comm": True}},
     "frfcfs+tp-overlap": {"memory": {"model": "frfcfs", "per_device_draws": False},
@@ -52,16 +57,20 @@ VARIANTS = {
 }
 #: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
 #: block, takes minutes; ``--variant queue-auto+tp-overlap`` measures it alone)
-TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "frfcfs-per-rank",
+TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "frfcfs-per-device-jit",
+         "frfcfs-per-rank",
          "roofline+tp-overlap", "frfcfs+tp-overlap", "frfcfs+tp-overlap-no-cap",
          "queue-auto+tp-overlap")
 #: variants measured cold only (one run takes minutes; the compiled-code load is noise in it)
 COLD_ONLY = ("queue-auto+tp-overlap",)
 #: variants whose cold ratio is also measured over alternating pairs of cold runs (see run)
-PAIRED = ("frfcfs", "frfcfs-per-device", "frfcfs+tp-overlap")
+PAIRED = ("frfcfs", "frfcfs-per-device", "frfcfs-per-device-jit", "frfcfs+tp-overlap")
+#: the environment a variant's subprocess runs in, beyond this process's
+ENVIRONMENT = {"frfcfs-per-device-jit": {"MESHTWIN_HBM_ENGINE": "jit"}}
 #: the roofline run each variant is compared with (same timeline, no contention model)
 BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-no-cap": "roofline",
-            "frfcfs-per-device": "roofline", "frfcfs-per-rank": "roofline",
+            "frfcfs-per-device": "roofline", "frfcfs-per-device-jit": "roofline",
+            "frfcfs-per-rank": "roofline",
             "roofline+tp-overlap": "roofline+tp-overlap",
             "frfcfs+tp-overlap": "roofline+tp-overlap",
             "frfcfs+tp-overlap-no-cap": "roofline+tp-overlap",
@@ -74,6 +83,7 @@ def measure(variant: str, repeat: int = 1) -> dict:
     others (``warm_wall_s``, NaN for one run: what each further run of a sweep costs in a
     worker process; the least, as sub-second walls vary by tens of percent with the
     machine's load), and what the run reported."""
+    from devices.hbm.aot import kernels
     from experiments.bench_e2e import scenario_dict
     from twin.runner import run
     from twin.scenario import load_scenario
@@ -91,14 +101,16 @@ def measure(variant: str, repeat: int = 1) -> dict:
             else float("nan"), "cpu_s": cpu, "events": s["events"],
             "iteration_time_s": s["iteration_time_s"], "hbm_max_streams": s["hbm_max_streams"],
             "hbm_slowdown_mean": s["hbm_slowdown_mean"],
-            "hbm_port_capped_s": s["hbm_port_capped_s"], "symmetry_used": s["symmetry_used"]}
+            "hbm_port_capped_s": s["hbm_port_capped_s"], "symmetry_used": s["symmetry_used"],
+            "engine_build": kernels().build if s["hbm_max_streams"] else ""}
 
 
 def _in_subprocess(variant: str, repeat: int) -> dict:
     """:func:`measure` of ``variant`` in a fresh interpreter (cold: nothing loaded)."""
     out = subprocess.run([sys.executable, "-m", "experiments.bench_contention", "--variant",
                           variant, "--repeat", str(repeat)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True,
+                         env=os.environ | ENVIRONMENT.get(variant, {}))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

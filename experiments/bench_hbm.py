@@ -8,7 +8,9 @@ DMA streams (one writing, one reading, 40 GB/s each per stack, random interleavi
 conflicts, hence more commands and decisions per request). The same requests go to both
 implementations; completion times and row kinds must be identical.
 
-Numba compilation is excluded: the engine is warmed up on a small input first. Compiled times
+Both builds of the compiled engine run (``devices.hbm.aot``: Numba's JIT, and the module
+compiled ahead of time at install when it is built; threads always run the JIT build).
+Compilation and loading are excluded: each build is warmed up on a small input first. Compiled times
 are the best of ``repeats`` runs; the reference runs once. Wall time and process CPU time are
 both reported: on a shared machine (see the printed load average) wall time includes waiting
 for a core.
@@ -35,6 +37,7 @@ from devices.hbm import (
     simulate,
     simulate_reference,
 )
+from devices.hbm.aot import kernels
 
 TARGET_RATE = 10e6  # requests/s, compiled engine (DESIGN.md performance targets)
 TARGET_SPEEDUP = 20.0  # compiled / reference
@@ -53,13 +56,13 @@ def workload(spec: HbmSpec, n: int, seed: int, locality: float = 0.97) -> HbmReq
     return generate_requests(spec, np.random.default_rng(seed), streams)
 
 
-def _best_time(spec: HbmSpec, req: HbmRequests, workers: int,
-               repeats: int) -> tuple[float, float]:
+def _best_time(spec: HbmSpec, req: HbmRequests, workers: int, repeats: int,
+               build: str) -> tuple[float, float]:
     """Best wall time and best process CPU time (s) over ``repeats`` runs."""
     wall = cpu = float("inf")
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), time.process_time()
-        simulate(spec, req, workers=workers)
+        simulate(spec, req, workers=workers, build=build)
         wall = min(wall, time.perf_counter() - t0)
         cpu = min(cpu, time.process_time() - c0)
     return wall, cpu
@@ -82,7 +85,16 @@ def run(
     bandwidth_bytes_per_s.
     """
     spec = load_hbm_spec("hbm3")
-    simulate(spec, workload(spec, 2000, seed, locality))  # warm-up: compile / load cache now
+    # the engine's builds (devices.hbm.aot): the JIT one, and the one compiled at install if
+    # it is built; threads (workers > 1) always run the JIT build
+    builds = {"jit": "compiled (Numba JIT)"}
+    try:
+        kernels("aot")
+        builds["aot"] = "compiled (ahead of time)"
+    except RuntimeError:
+        pass
+    for build in builds:  # warm-up: compile / load cache now
+        simulate(spec, workload(spec, 2000, seed, locality), build=build)
 
     rows = []
     req = workload(spec, n_reference, seed, locality)
@@ -97,14 +109,14 @@ def run(
                  "bandwidth_bytes_per_s": ref.bandwidth_bytes_per_s})
     for n in n_compiled:
         req_n = req if n == n_reference else workload(spec, n, seed, locality)
-        for w in workers:
-            res = simulate(spec, req_n, workers=w)
-            wall, cpu = _best_time(spec, req_n, w, repeats)
+        for build, w in [(b, w) for w in workers for b in builds if w == 1 or b == "jit"]:
+            res = simulate(spec, req_n, workers=w, build=build)
+            wall, cpu = _best_time(spec, req_n, w, repeats, build)
             same = None
             if n == n_reference:
                 same = bool(np.array_equal(res.completion_s, ref.completion_s)
                             and np.array_equal(res.kind, ref.kind))
-            rows.append({"engine": "compiled (Numba)", "requests": n, "workers": w,
+            rows.append({"engine": builds[build], "requests": n, "workers": w,
                          "wall_s": wall, "cpu_s": cpu, "requests_per_s": n / wall,
                          "requests_per_cpu_s": n / cpu,
                          "speedup_vs_reference": (n / wall) / ref_rate, "identical": same,
@@ -136,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ).drop(columns="bandwidth_bytes_per_s")
     print("HBM FR-FCFS benchmark: one HBM3 stack, mixed compute + DMA stream, compute "
           f"locality {args.locality}; 1-min load average {load:.1f} on {os.cpu_count()} CPUs")
-    print("(numba compile excluded by a warm-up call; compiled = best of "
+    print("(compilation and loading excluded by a warm-up call; compiled = best of "
           f"{args.repeats} runs; reference = one run)")
     print(shown.to_string(index=False))
     comp = df[df.engine.str.startswith("compiled")]
