@@ -83,8 +83,9 @@ Engine
 :func:`simulate` groups requests by channel (a counting sort that keeps age order) and runs a
 compiled loop per channel (:mod:`devices.hbm.kernels`: Numba source, built ahead of time at
 install into an extension module that loads without Numba, or just in time when that module is
-absent or older than the source; :mod:`devices.hbm.aot`). The loop makes exactly the decisions described above but organises queued
-requests by *class* (read hits, write hits, waiting-for-ACT, waiting-for-PRE, per bank), because
+absent or older than the source; :mod:`devices.hbm.aot`). The loop makes exactly the decisions
+described above but organises queued requests by *class* (read hits, write hits,
+waiting-for-ACT, waiting-for-PRE, per bank), because
 all requests of a class share their next command's timing; it jumps straight from one event
 to the next. Channels can be spread over threads (``workers``); the result does not depend on
 it. :func:`simulate_reference` is a literal per-request implementation with lists and dicts;
