@@ -27,7 +27,7 @@ class SlowdownTable:
     n_requests: int
     k: int
     samples: np.ndarray
-    mix: Mix = (0, 0)
+    mix: Mix
 
     @cached_property
     def values(self) -> list[float]:
@@ -55,7 +55,8 @@ class LevelReport:
     """Diagnostics of one contention level ``k`` (all times in seconds).
 
     Attributes:
-        k: concurrent DMA streams.
+        k: concurrent streams beside the op (network DMA and host copies).
+        h2d: of which host-to-device copies.
         rho: offered load on the peak bandwidth, ``op_load + k dma_load``.
         status: ``converged``, ``unstable`` (rho >= 1), ``infinite_variance``,
             ``uncertain_tail``, ``not_settled`` (queue model: from
@@ -76,6 +77,7 @@ class LevelReport:
     """
 
     k: int
+    h2d: int
     rho: float
     status: str
     converged: bool
@@ -86,7 +88,6 @@ class LevelReport:
     op_mean_wait_se_s: float
     tail_index: float | None
     warnings: tuple[str, ...] = ()
-    h2d: int = 0
 
     @property
     def unstable(self) -> bool:

@@ -330,3 +330,29 @@ def test_queue_windows_against_a_plain_fifo_loop(k):
                                          abs=0)
     assert s == pytest.approx((t1 - t0) / span0, rel=1e-12, abs=0)
     assert sum(counts) > 0
+
+
+# ------------------------------------------------------------------ the results' own rules
+
+
+def test_a_run_without_a_contention_model_reports_no_contention(tiny):
+    """``memory.model: roofline`` (the default): no block is slowed, none shares HBM, nothing
+    can fail to converge; the keys say so exactly."""
+    from twin.runner import run
+
+    s = run(tiny()).summary
+    assert s["memory_model"] == "roofline" and s["memory_bound"] == "bandwidth"
+    assert s["memory_slowdown_mean"] == 1.0 and s["memory_slowdown_max"] == 1.0
+    assert s["memory_contended_fraction"] == 0.0 and s["memory_max_transfers"] == 0
+    assert s["memory_converged"] is True
+    assert s["memory_variance_infinite"] is False and s["memory_unstable"] is False
+    assert s["memory_warnings"] == [] and s["memory_levels"] == []
+    assert "exact" in s["memory_slowdown_is"]
+
+
+def test_standard_error_of_two_batches_is_half_their_distance():
+    """Two samples a, b: sample standard deviation |a - b| / sqrt(2), over sqrt(2)."""
+    from devices.memory_results import SlowdownTable
+
+    assert SlowdownTable(8, 1, np.array([1.2, 1.5]), (1, 0)).standard_error == pytest.approx(0.15)
+    assert SlowdownTable(8, 1, np.array([1.2]), (1, 0)).standard_error == math.inf

@@ -155,14 +155,14 @@ class Transfer:
         q = np.ceil(self.remaining * self._per_step - 1e-6)
         return np.maximum(q, 0.0, out=q)
 
-    def park_ahead(self) -> bool:
+    def park_ahead(self) -> None:
         """Park active flows that finished the current step while others have not; release
-        every parked flow when none is behind. Returns True when a barrier was released."""
+        every parked flow when none is behind (the barrier released)."""
         if self.steps == 1:
-            return False
+            return
         pending = self.remaining > 0
         if not pending.any():
-            return False
+            return
         left = self.steps_left()
         top = left[pending].max()
         ahead = pending & (left < top)
@@ -170,12 +170,10 @@ class Transfer:
             newly = ahead & self.active
             self.active[newly] = False
             self.parked |= newly
-            return False
+            return
         if self.parked.any():  # every unfinished flow is at the same step: go on together
             self.active |= self.parked
             self.parked[:] = False
-            return True
-        return False
 
 
 class Component:
