@@ -233,23 +233,36 @@ def test_a_quotient_run_is_the_run_with_every_flow(name, orbit):
     np.testing.assert_array_equal(fq.bytes_received, ff.bytes_received)
 
 
+
+def _breaking_reduce(after: int):
+    """A ``ReplicaQuotient.reduce`` that refuses the phase of its ``after + 1``-th call and that
+    same phase whenever it is planned again (as a phase that is not replica-symmetric is), and
+    reduces every other one: the probe that chooses a quotient still finds one, so a second
+    attempt on a quotient would meet the phase again."""
+    real = ReplicaQuotient.reduce
+    state = {"n": 0, "broken": None}
+
+    def reduce(self, src, dst, *a):
+        state["n"] += 1
+        key = (np.asarray(src).tobytes(), np.asarray(dst).tobytes())
+        if state["n"] == after + 1:
+            state["broken"] = key
+        if key == state["broken"]:
+            raise QuotientBroken("test: a phase that is not symmetric")
+        return real(self, src, dst, *a)
+
+    return reduce, state
+
+
 def test_a_run_that_breaks_the_quotient_is_simulated_again_with_every_flow(monkeypatch):
     model = build(load_scenario(_variant("interleaved")))
     env, fab, ex, _ = R.simulate(model, Recorder())
     ref = summarize(model, env, fab, ex, 0.0)
-    calls = {"n": 0}
-    real = ReplicaQuotient.reduce
-
-    def flaky(self, *a):
-        calls["n"] += 1
-        if calls["n"] > 15:  # half-way through the run (30 plans)
-            raise QuotientBroken("test: a phase that is not symmetric")
-        return real(self, *a)
-
+    flaky, state = _breaking_reduce(15)  # half-way through the run (30 plans)
     monkeypatch.setattr(ReplicaQuotient, "reduce", flaky)
     env, fab, ex, _ = R.simulate_untraced(model)
     got = summarize(model, env, fab, ex, 0.0)
-    assert calls["n"] > 15
+    assert state["broken"] is not None
     assert got["replica_quotient_fallback"] == "test: a phase that is not symmetric"
     assert got["replica_orbit"] == 1
     assert got["iteration_time_s"] == ref["iteration_time_s"]
@@ -293,17 +306,10 @@ def test_a_traced_run_that_breaks_the_quotient_starts_its_trace_again(tmp_path, 
     d = _variant("interleaved")
     d["trace"] = {"enabled": True, "tables": ["ops", "messages", "links", "devices"]}
     scen = load_scenario(d)
-    calls = {"n": 0}
-    real = ReplicaQuotient.reduce
-
-    def flaky(self, *a):
-        calls["n"] += 1
-        if calls["n"] > 15:
-            raise QuotientBroken("test: a phase that is not symmetric")
-        return real(self, *a)
-
+    flaky, state = _breaking_reduce(15)
     monkeypatch.setattr(ReplicaQuotient, "reduce", flaky)
     got = R.run(scen, tmp_path / "redone.h5")
+    assert state["broken"] is not None
     assert got.summary["replica_quotient_fallback"] == "test: a phase that is not symmetric"
     assert list(tmp_path.iterdir()) == [tmp_path / "redone.h5"]  # no partial file left
     monkeypatch.setattr(R, "uses_quotient", lambda _s: False)

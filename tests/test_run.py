@@ -349,3 +349,24 @@ def test_the_shannon_bound_is_per_iteration(tiny):
     a = one["limits_orders_of_magnitude"]["shannon_hartley"]
     b = two["limits_orders_of_magnitude"]["shannon_hartley"]
     assert a is not None and b == pytest.approx(a, abs=0.01)
+
+
+def test_static_tables_place_ranks_and_rate_links(tiny, tmp_path):
+    """The ``ranks`` table puts each rank's device at the coordinates the topology documents
+    (torus3d ``[X, Y, Z]``: device d at ``(d % X, d // X % Y, d // (X*Y))``), and the
+    ``links`` table's utilization is each link's bytes over its capacity times the makespan
+    (a run well under a second)."""
+    scen = tiny(["cluster.topology.kind=torus3d", "cluster.topology.shape=[2,2,2]",
+                 "trace.tables=[ranks,links]"])
+    res = run(scen, tmp_path / "t.h5")
+    ranks = read_table(res.trace_path, "ranks")
+    d = ranks["device"].to_numpy()
+    assert sorted(d) == list(range(8))
+    np.testing.assert_array_equal(ranks["x"], d % 2)
+    np.testing.assert_array_equal(ranks["y"], d // 2 % 2)
+    np.testing.assert_array_equal(ranks["z"], d // 4)
+    links = read_table(res.trace_path, "links")
+    makespan = res.summary["makespan_s"]
+    assert 0 < makespan < 1 and links["bytes"].max() > 0
+    np.testing.assert_allclose(links["utilization"],
+                               links["bytes"] / (links["capacity"] * makespan), rtol=1e-12)

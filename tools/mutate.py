@@ -31,7 +31,10 @@ the unmutated run (``RLIMIT_CPU`` on the test process): a mutant that makes the 
 forever hangs the suite, which is a detection. The limit is on CPU time, not wall time, so other
 jobs loading the machine cannot create false timeouts; a wall-clock backstop (10 x the CPU
 limit) stops a run that blocks without computing and is reported apart (``wall``), counted as
-not detected. The report also gives the score without timeouts (``no-TO``).
+not detected. The report also gives the score without timeouts (``no-TO``). A test process may
+allocate at most ``MEMORY_LIMIT`` (8 GiB, ``RLIMIT_DATA``): a mutant that allocates without
+bound ends in ``MemoryError``, a failed test, so it counts as killed instead of swapping out
+the machine (one did: a mutant of ``twin/runner.py`` grew to 20 GB).
 
 Usage::
 
@@ -65,6 +68,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ROOT / "tools" / "mutation_targets.toml"
+#: bytes of data a test process may allocate (``RLIMIT_DATA``; see the module doc)
+MEMORY_LIMIT = 8 * 2**30
 EQUIVALENT = ROOT / "tools" / "mutation_equivalent.toml"
 
 _CMP_NEG = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt,
@@ -290,6 +295,9 @@ def _run_limited(cmd: list[str], cwd: Path, env: dict, cpu_limit: float,
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 5))
+        # a mutant that allocates without bound fails with MemoryError (a detection) before
+        # it takes the machine's memory from the other worker and the user
+        resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT, MEMORY_LIMIT))
 
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
