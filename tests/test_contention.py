@@ -340,6 +340,19 @@ def test_copies_of_a_class_count_once_per_device():
     assert all(r["data_wait_fraction"] > 0.1 for r in runs.values())  # the copies ran
 
 
+
+def test_a_copy_beside_compute_is_a_stream_on_the_device():
+    """Pure DP with its all-reduces after the backward pass (``overlap.dp_buckets: false``:
+    nothing from the network beside compute) and a starved data path: the HBM controller
+    serves the compute stream and the next batch's copy (2 streams, compute slowed); without
+    the data path one stream at a time, nothing slowed."""
+    sets = ["workload.iterations=2", "memory.model=frfcfs", "overlap.dp_buckets=false"]
+    fed = run(_scen("data_starved.yaml", sets)).summary
+    none = run(_scen("data_starved.yaml", [*sets, "data.enabled=false"])).summary
+    assert fed["data_wait_fraction"] > 0.1  # the copies ran
+    assert fed["hbm_max_streams"] == 2 and none["hbm_max_streams"] == 1
+    assert fed["hbm_slowdown_mean"] > 1.0 and none["hbm_slowdown_mean"] == 1.0
+
 def test_sm_sharing_without_a_memory_model_serves_no_hbm_streams():
     """Device agents for SM sharing alone (``overlap.sm_contention``, roofline memory): the
     collectives take SMs (``sm_max_used`` > 0), but no HBM controller is modelled, so it

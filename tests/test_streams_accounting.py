@@ -416,3 +416,20 @@ def math_log_grid(s: float) -> float:
     assert _LOG_STEP == 0.002
     x = math.log(s) / _LOG_STEP
     return x - round(x)
+
+
+@pytest.mark.parametrize(("tp", "per_device"), [(2, True), (4, True), (2, False)])
+def test_an_agent_for_a_tp_group_draws_for_each_member(tp, per_device):
+    """Per-device draws on one agent per TP group, or rank symmetry (one agent per class of
+    alike ranks): either way the agent stands for whole TP groups and draws one set of
+    factors per member of the group that meets after each block (``DeviceStreams.group``
+    equals the scenario's TP degree), down to groups of two."""
+    scen = load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
+        "cluster.topology.shape=[4,2]", f"workload.parallelism.tp={tp}",
+        f"workload.parallelism.dp={8 // tp}", "workload.global_batch=8",
+        "workload.iterations=1", "trace.enabled=false", "memory.model=frfcfs",
+        f"memory.per_device_draws={str(per_device).lower()}"])
+    model = build(scen)
+    _env, _fab, ex, _ = simulate(model, Recorder())
+    assert model.layout.tp_groups == per_device and model.symmetric == (not per_device)
+    assert {acc.streams.group for acc in ex.accelerators} == {tp}
