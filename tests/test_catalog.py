@@ -84,3 +84,19 @@ def test_hbm_stream_mix_figures_follow_their_stated_derivations():
             m.dma.hbm_bytes_per_link_byte) == (
         mix["op_read_fraction"], mix["op_row_locality"], mix["dma_read_fraction"],
         mix["dma_row_locality"], mix["dma_hbm_bytes_per_link_byte"])
+
+
+def test_a_catalog_entry_with_overrides_keeps_the_sources_of_the_values_it_keeps():
+    """``base: NAME`` plus keys: the overridden values are the scenario's, so their catalog
+    sources are dropped; every value taken from the entry keeps its source."""
+    from twin.catalogs import resolve
+
+    entry = catalog("devices").get("h100-sxm")
+    keys = sorted(entry.sources)
+    changed = keys[0].split(".")[0]
+    merged, sources = resolve("devices", {"base": "h100-sxm", changed: 1.0}, "cluster.device")
+    assert merged[changed] == 1.0
+    kept = {f"cluster.device.{k}" for k in keys if k.split(".")[0] != changed}
+    assert set(sources) == kept and kept
+    assert all(sources[f"cluster.device.{k}"] == entry.sources[k]
+               for k in keys if k.split(".")[0] != changed)

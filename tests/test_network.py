@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -268,3 +269,41 @@ def test_max_min_is_feasible_and_fair(case):
             top = rate[f] >= rate[ef[el == lk]].max() * (1 - 1e-9)
             ok |= bool(sat and top)
         assert ok, f"flow {f} has no bottleneck"
+
+
+def test_packet_links_are_busy_for_the_serialization_of_their_bytes():
+    """A packet holds its link for size / bandwidth and propagates without it: each link's
+    busy time is its bytes over the link's bandwidth (a ring all-reduce on 4 devices, 1 MiB
+    packets), and the links the ring does not use stay idle."""
+    env, _topo, fab = make_fabric(shape=(4, 1), model="packet", packet_bytes=1 << 20)
+    run_phases(env, fab, collectives.ring_allreduce(np.arange(4)[None, :], 8e6))
+    nbytes, busy = fab.link_bytes, fab.link_busy_s
+    assert nbytes.max() > 0 and (nbytes == 0).any()
+    np.testing.assert_allclose(busy, nbytes / BW, rtol=1e-12, atol=0.0)
+
+
+def test_a_failed_link_is_down_and_interrupts_its_packets_until_restored():
+    from devices.link import Link, LinkDown
+
+    env = Engine()
+    link = Link(env, 3, bytes_per_s=1e9, latency_s=0.0)
+    seen = []
+
+    def packet():
+        try:
+            yield from link.send(1e6)  # 1 ms on the link
+            seen.append("sent")
+        except simpy.Interrupt as intr:
+            seen.append(intr.cause)
+
+    env.process(packet())
+    env.run(until=0.5e-3)
+    link.fail()
+    env.run()
+    assert not link.up and isinstance(seen[0], LinkDown) and seen[0].link == 3
+    assert link.busy_s == pytest.approx(0.5e-3) and link.bytes == 0.0  # cut mid-packet
+    link.restore()
+    assert link.up
+    env.process(packet())
+    env.run()
+    assert seen[1] == "sent" and link.bytes == 1e6
