@@ -198,6 +198,11 @@ def test_report_cli_html_json_and_run_report(tmp_path, capsys):
     assert "verdict:" in out and "time per iteration" in out
     text = html.read_text()
     assert text.count("data:image/png;base64,") >= 3 and "Verdict" in text
+    # every section the trace has tables for: the 4x2 torus's heatmaps, power over time, the
+    # timeline, and the energy by position (one position, "all")
+    for title in ("Timeline excerpt", "Per-device heatmaps", "Power and temperature"):
+        assert f"<h2>{title}</h2><img" in text, title
+    assert "<th>network share</th>" in text and "<td>all</td>" in text
     assert main(["report", str(res.trace_path), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert {"time", "energy", "verdict"} <= set(rep)
@@ -360,3 +365,20 @@ def test_resources_near_their_limit_are_flagged(tmp_path):
     dense = _run(tmp_path, "cool", [*DENSE, "power.thermal.enabled=false"])
     assert not [a for a in build_report(dense.trace_path)["verdict"]["alerts"]
                 if "limit" in a]
+
+
+def test_the_attribution_plot_stacks_each_iterations_categories_in_order():
+    """Bar i, segment k: starts where the iteration's earlier categories end and is as wide
+    as the category's seconds in that iteration (0 where it has none)."""
+    from twin.report.html import attribution_figure
+
+    its = [{"iteration": 0, "categories": {"compute": 2.0, "idle": 0.5}},
+           {"iteration": 1, "categories": {"compute": 1.5, "interconnect": 0.25}}]
+    rep = {"time": {"iterations": its, "mean": {"compute": 1.75, "idle": 0.25,
+                                                 "interconnect": 0.125}}}
+    ax = attribution_figure(rep).axes[0]
+    bars = [[(r.get_x(), r.get_width()) for r in c.patches] for c in ax.containers]
+    assert bars == [[(0.0, 2.0), (0.0, 1.5)],       # compute
+                    [(2.0, 0.5), (1.5, 0.0)],       # idle
+                    [(2.5, 0.0), (1.5, 0.25)]]      # interconnect
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["iteration 0", "iteration 1"]

@@ -29,7 +29,13 @@ def _img(b64: str, alt: str) -> str:
 
 
 def attribution_plot(rep: dict[str, Any]) -> str:
-    """Horizontal stacked bar per iteration."""
+    """:func:`attribution_figure` as a base64 PNG."""
+    return _png(attribution_figure(rep))
+
+
+def attribution_figure(rep: dict[str, Any]) -> Figure:
+    """Horizontal stacked bar per iteration: one bar segment per category, its width the
+    category's seconds in that iteration (0 where it has none), in the report's order."""
     its = rep["time"]["iterations"]
     cats = list(rep["time"]["mean"])
     fig = Figure(figsize=(10, 1.2 + 0.35 * len(its)))
@@ -47,7 +53,7 @@ def attribution_plot(rep: dict[str, Any]) -> str:
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25),
               frameon=False)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def heatmaps(td: TraceData) -> str | None:
