@@ -42,7 +42,6 @@ VARIANTS = {
     "frfcfs-no-cap": {"memory": {"model": "frfcfs", "per_device_draws": False,
                                  "transfer_cap": False}},
     "frfcfs-per-device": {"memory": {"model": "frfcfs"}},
-    "frfcfs-per-device-jit": {"memory": {"model": "frfcfs"}},
     "frfcfs-per-rank": {"memory": {"model": "frfcfs"}, "simulation": {"tp_group_agents": False}},
     "roofline+tp-overlap": {"overlap": {"tp_comm": True}},
     "frfcfs+tp-overlap": {"memory": {"model": "frfcfs", "per_device_draws": False},
@@ -55,6 +54,8 @@ VARIANTS = {
                                          "service": {"dist": "pareto", "alpha": 1.8}},
                               "overlap": {"tp_comm": True}},
 }
+#: the default per-device draws with the FR-FCFS loop forced through Numba's JIT (ENVIRONMENT)
+VARIANTS["frfcfs-per-device-jit"] = VARIANTS["frfcfs-per-device"]
 #: variants of the ``make bench`` table (``queue-auto+tp-overlap``, fresh latency draws per
 #: block, takes minutes; ``--variant queue-auto+tp-overlap`` measures it alone)
 TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "frfcfs-per-device-jit",
@@ -65,7 +66,7 @@ TABLE = ("roofline", "frfcfs", "frfcfs-no-cap", "frfcfs-per-device", "frfcfs-per
 COLD_ONLY = ("queue-auto+tp-overlap",)
 #: variants whose cold ratio is also measured over alternating pairs of cold runs (see run)
 PAIRED = ("frfcfs", "frfcfs-per-device", "frfcfs-per-device-jit", "frfcfs+tp-overlap")
-#: the environment a variant's subprocess runs in, beyond this process's
+#: the environment a variant's subprocess runs in (:func:`_in_subprocess`), beyond this process's
 ENVIRONMENT = {"frfcfs-per-device-jit": {"MESHTWIN_HBM_ENGINE": "jit"}}
 #: the roofline run each variant is compared with (same timeline, no contention model)
 BASELINE = {"roofline": "roofline", "frfcfs": "roofline", "frfcfs-no-cap": "roofline",

@@ -9,14 +9,13 @@ time), and a hand-built timeline of a prefetch queue.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import simpy
 
 import twin
-from tests.conftest import DEVICE_TIME_KEYS
+from tests.conftest import DEVICE_TIME_KEYS, ROOT
 from twin.trace import read_table
 from workloads.data import DataPath, LoadCost, NodePlan
 
@@ -411,11 +410,17 @@ def test_data_starved_library_scenario(tmp_path):
     assert res.summary["iteration_time_converged"] is True
 
 
+def _switch_file(name: str) -> dict:
+    """A PCIe switch's catalog file as written (each number with its source)."""
+    from twin.kernel.schema import read_yaml
+
+    return read_yaml(ROOT / f"devices/catalog/pcie/{name}.yaml", "pcie")
+
+
 def test_a_copy_stream_writes_hbm_at_the_data_paths_pcie_rate():
     """The rate the HBM models give one host-to-device copy stream: none without a data
     path, else the port's PCIe rate: the host's (catalog constant above), the scenario's
     ``pcie_gbps``, or the PCIe switch's port (its catalog file, read here)."""
-    from twin.kernel.schema import read_yaml
     from twin.runner import _h2d_bytes_per_s
 
     on = {"enabled": True, "host": "dgx-h100"}
@@ -423,8 +428,7 @@ def test_a_copy_stream_writes_hbm_at_the_data_paths_pcie_rate():
     host_rate = H100_HOST["pcie_h2d_gbps"] * 1e9
     assert _h2d_bytes_per_s(twin.load_scenario(BASE | {"data": on})) == host_rate
     assert _h2d_bytes_per_s(twin.load_scenario(BASE | {"data": on | {"pcie_gbps": 20.0}})) == 20e9
-    switch = read_yaml(Path(twin.__file__).parents[1] / "devices/catalog/pcie/dgx-a100.yaml",
-                       "pcie")["port_gbps"]["value"]
+    switch = _switch_file("dgx-a100")["port_gbps"]["value"]
     assert _h2d_bytes_per_s(twin.load_scenario(
         BASE | {"data": on | {"pcie_switch": "dgx-a100"}})) == switch * 1e9
 
@@ -435,7 +439,6 @@ def test_the_shared_pcie_fabric_is_the_switch_the_scenario_names(monkeypatch, sw
     agents see: the catalog switch the scenario names (its file, read here), or a port of
     its own per GPU at the host's PCIe rate."""
     import twin.runner as R
-    from twin.kernel.schema import read_yaml
 
     made = []
     real = R.device_streams
@@ -454,8 +457,7 @@ def test_the_shared_pcie_fabric_is_the_switch_the_scenario_names(monkeypatch, sw
     if switch is None:
         want = (1, H100_HOST["pcie_h2d_gbps"], H100_HOST["pcie_h2d_gbps"])
     else:
-        raw = read_yaml(Path(twin.__file__).parents[1] / f"devices/catalog/pcie/{switch}.yaml",
-                        "pcie")
+        raw = _switch_file(switch)
         want = tuple(raw[k]["value"] for k in ("gpus_per_switch", "port_gbps", "uplink_gbps"))
     got = (pcie.spec.gpus_per_switch, pcie.spec.port_gbps, pcie.spec.uplink_gbps)
     assert got == pytest.approx(want)
