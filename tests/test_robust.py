@@ -473,8 +473,14 @@ def test_scenario_cannot_write_outside_the_working_directory(tmp_path, capsys, m
     work.mkdir(parents=True)
     monkeypatch.chdir(work)
     for target in ("../../outside.h5", str(tmp_path / "abs.h5")):
-        code, _, err = _cli(capsys, "run", _write(work, _doc(trace__path=target)))
-        assert code == 2 and "outside the working directory" in err
+        for command in ("run", "check"):
+            code, _, err = _cli(capsys, command, _write(work, _doc(trace__path=target)))
+            assert code == 2 and "outside the working directory" in err, command
+    (work / "adir").mkdir()
+    code, _, err = _cli(capsys, "check", _write(work, _doc(trace__path="adir")))
+    assert code == 2 and "trace.path" in err and "folder" in err
+    (work / "notes.h5").write_text("not a trace")  # `run --force` may overwrite it
+    assert _cli(capsys, "check", _write(work, _doc(trace__path="notes.h5")))[0] == 0
     assert not (tmp_path / "outside.h5").exists() and not (tmp_path / "abs.h5").exists()
 
 

@@ -228,6 +228,12 @@ def check_file(path: str, overrides: list[str]) -> str:
         # a text document would otherwise be taken for the path of another file
         raw = require_mapping(raw, "scenario", "name, seed, cluster, workload, ...", path)
         scen = load_scenario(raw, overrides, source=str(Path(path)))  # read once
+        if scen.trace.enabled:  # what `twin run` would refuse before simulating
+            from twin.outputs import check_output, confine
+
+            confine(scen.trace_path, "trace.path")
+            # force: an existing foreign file is `twin run --force`'s decision, not the file's
+            check_output(scen.trace_path, "trace.path", "trace", force=True)
         return f"scenario {scen.name}"
     if overrides:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "
