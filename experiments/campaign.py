@@ -47,6 +47,7 @@ import numpy as np
 from pydantic import Field
 
 from experiments.many import (
+    MAX_RUNS,
     ManyRunsCommand,
     RecordDir,
     TaskRunner,
@@ -76,10 +77,6 @@ VARIANTS = ("faults", "baseline")
 
 
 # ----------------------------------------------------------------------------- spec
-#: Most runs one campaign may make (seeds x grid points x variants).
-MAX_RUNS = 100_000
-
-
 class CampaignSpec(StrictModel):
     """A campaign file."""
 

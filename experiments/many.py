@@ -13,7 +13,8 @@ what they make of the results; everything else is written once, here:
   ``--workers 0``);
 * running: :class:`TaskRunner` submits one task per run, on Dask or in this process, and
   yields ``(task, result)`` as they finish, with one progress bar (a task that raised yields
-  its exception, so one bad run does not stop the others);
+  its exception, so one bad run does not stop the others); on Dask at most ``window`` tasks
+  are in flight at once, so a campaign of 100,000 runs does not flood the scheduler;
 * resuming: a journal keeps every finished run as it arrives (:class:`RecordDir`: one JSON file
   per run; :class:`JsonLines`: one line per run); ``--resume`` reads it back, ignoring torn or
   unreadable records;
@@ -27,6 +28,7 @@ the functions that need them: the ``twin`` CLI imports this module at start-up.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -235,10 +237,14 @@ class TaskRunner:
         progress: show a progress bar (tqdm; hidden when not a terminal).
     """
 
-    def __init__(self, fn: Callable[[Any], Any], client: Any = None, progress: bool = True):
+    def __init__(self, fn: Callable[[Any], Any], client: Any = None, progress: bool = True,
+                 window: int = 1024):
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
         self.fn = fn
         self.client = client
         self.progress = progress
+        self.window = window
 
     def map(self, tasks: Iterable[Any], desc: str = "runs") -> Iterator[tuple[Any, Any]]:
         """Yield ``(task, result)`` in completion order; a task that raised yields
@@ -267,15 +273,35 @@ class TaskRunner:
             yield task, result
 
     def _dask(self, tasks: list[Any]) -> Iterator[tuple[Any, Any]]:
+        """Keep at most ``window`` tasks submitted; submit the next as each one finishes
+        (millions of futures at once stall the client's connection to the scheduler)."""
         from dask.distributed import as_completed
 
-        futures = {self.client.submit(self.fn, t, pure=False): t for t in tasks}
-        for fut in as_completed(futures):
+        todo = iter(tasks)
+        futures: dict[Any, Any] = {}  # in flight: future -> task
+
+        def submit() -> list[Any]:
+            """The next task's future, as a list (empty when every task was submitted)."""
+            for task in itertools.islice(todo, 1):
+                fut = self.client.submit(self.fn, task, pure=False)
+                futures[fut] = task
+                return [fut]
+            return []
+
+        running = as_completed([f for _ in range(min(self.window, len(tasks)))
+                                for f in submit()])
+        for fut in running:
             try:
                 result = fut.result()
             except Exception as exc:  # reported to the caller per task
                 result = exc
-            yield futures[fut], result
+            running.update(submit())
+            yield futures.pop(fut), result
+
+
+#: Most runs one campaign or sweep may make (the driver holds every run's task and record in
+#: memory and writes one table of them): a tool limit, named in the error, not a model number.
+MAX_RUNS = 100_000
 
 
 # ----------------------------------------------------------------------------- resuming

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from experiments.many import load_spec_file, read_base
+from experiments.many import MAX_RUNS, load_spec_file, read_base
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
     StrictModel,
@@ -364,11 +364,30 @@ class Sweep:
         """The search method: ``requested`` or the file's, ``auto`` resolved by space size."""
         m = requested or self.spec.method
         if m == "auto":
-            return "exhaustive" if self.space.size <= self.spec.exhaustive_limit else "nsga2"
+            m = "exhaustive" if self.space.size <= self.spec.exhaustive_limit else "nsga2"
         if m not in ("exhaustive", "nsga2"):
             raise ScenarioError([Problem("method", "unknown search method", m,
                                          "auto, exhaustive, nsga2")], source=self.source)
+        n_runs = self.most_runs(m)
+        if n_runs > MAX_RUNS:
+            raise ScenarioError([Problem(
+                "space", f"the {m} search could make {n_runs} runs (points x boundary "
+                f"conditions x seeds), more than the limit of {MAX_RUNS}", self.space.shape,
+                "fewer options" + (", or method: nsga2 (or auto)" if m == "exhaustive"
+                                   else ", or a smaller nsga2.pop_size / generations / "
+                                   "max_evaluations"))], source=self.source)
         return m  # type: ignore[return-value]
+
+    def most_runs(self, method: str) -> int:
+        """The most twin runs ``method`` can make: every point (exhaustive), or the distinct
+        points NSGA-II can evaluate (population x (generations + 1), capped by the space and
+        ``max_evaluations``), times the boundary conditions and the seeds."""
+        points = self.space.size
+        if method == "nsga2":
+            ns = self.spec.nsga2
+            points = min(points, ns.pop_size * (ns.generations + 1),
+                         ns.max_evaluations or points)
+        return points * len(self.boundaries) * len(self.seeds)
 
     def objective_columns(self, statistic: str | None = None) -> tuple[str, str]:
         """Column names of the two objectives for ``statistic`` (``mean`` or ``quantile``)."""
@@ -420,7 +439,9 @@ def load_sweep(path: str | Path | dict[str, Any]) -> Sweep:
         raise ScenarioError(problems, source=source)
     space = DesignSpace(tuple(dims), base_dp=base_scen.workload.parallelism.dp,
                         base_micro_batch=base_scen.workload.micro_batch)
-    return Sweep(spec, base, space, boundaries, source)
+    sweep = Sweep(spec, base, space, boundaries, source)
+    sweep.method_for()  # a search too large for the tools is refused before any run
+    return sweep
 
 
 def _load_base(base: dict[str, Any], overrides: dict[str, Any], problems: list[Problem]):

@@ -179,6 +179,45 @@ def test_campaign_on_an_existing_scheduler(tmp_path):
     pd.testing.assert_frame_equal(a, pd.read_parquet(tmp_path / "b" / "results.parquet"))
 
 
+def _square_or_fail(x: int) -> int:
+    if x == 7:
+        raise ValueError("seven")
+    return x * x
+
+
+def test_the_task_runner_keeps_a_window_of_tasks_in_flight():
+    """On Dask at most ``window`` tasks are unfinished at once (the next one is submitted
+    before a finished one is handed back, so the caller sees at most window + 1 tasks out);
+    every task comes back once, with its result or its own exception."""
+    from dask.distributed import Client, LocalCluster
+
+    from experiments.many import TaskRunner
+
+    class Counting:  # a client that counts the futures handed out and not yet yielded
+        def __init__(self, client):
+            self.client, self.live, self.peak = client, 0, 0
+
+        def submit(self, *args, **kwargs):
+            self.live += 1
+            self.peak = max(self.peak, self.live)
+            return self.client.submit(*args, **kwargs)
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        counting = Counting(client)
+        seen = {}
+        for task, result in TaskRunner(_square_or_fail, counting, progress=False,
+                                       window=3).map(range(20)):
+            counting.live -= 1
+            seen[task] = result
+    assert counting.peak == 3 + 1
+    assert sorted(seen) == list(range(20))
+    assert isinstance(seen.pop(7), ValueError)
+    assert seen == {x: x * x for x in seen}
+    with pytest.raises(ValueError, match="window"):
+        TaskRunner(_square_or_fail, window=0)
+
+
 def test_campaign_help(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["campaign", "--help"])

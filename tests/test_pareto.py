@@ -96,6 +96,31 @@ def _problems(d) -> list[str]:
     return [str(p) for p in ei.value.problems]
 
 
+def test_a_search_larger_than_the_run_limit_is_refused_before_any_run():
+    """400 x 250 clocks x 2 boundary conditions = 200,000 exhaustive runs > 100,000; NSGA-II
+    over the same space runs at most 24 x 21 points x 2; with a population of 10,000 over
+    10,000 generations it could evaluate the whole space, and is refused too."""
+    from experiments.many import MAX_RUNS
+
+    big = {"workload.seq_len": list(range(64, 64 + 400)),
+           "power.dvfs.frequency_mhz": list(range(1000, 1250))}
+    two = [{"name": "a"}, {"name": "b", "set": {"cluster.link.bandwidth_gbps": 5}}]
+    probs = _problems(sweep_dict(space=big, method="exhaustive", boundary_conditions=two))
+    assert len(probs) == 1 and "space" in probs[0] and "200000 runs" in probs[0]
+    assert f"limit of {MAX_RUNS}" in probs[0] and "nsga2" in probs[0]
+    sw = load_sweep(sweep_dict(space=big, boundary_conditions=two))  # auto: NSGA-II
+    assert sw.method_for() == "nsga2" and sw.most_runs("nsga2") == 24 * 21 * 2
+    with pytest.raises(ScenarioError, match="exhaustive search could make 200000"):
+        sw.method_for("exhaustive")  # `twin pareto --method exhaustive`
+    probs = _problems(sweep_dict(space=big, boundary_conditions=two,
+                                 nsga2={"pop_size": 10_000, "generations": 10_000}))
+    assert len(probs) == 1 and "nsga2 search could make 200000" in probs[0]
+    capped = sweep_dict(space=big, boundary_conditions=two, robust={"seeds": [1, 2]},
+                        nsga2={"pop_size": 10_000, "generations": 10_000,
+                               "max_evaluations": 25_000})
+    assert load_sweep(capped).most_runs("nsga2") == 25_000 * 2 * 2
+
+
 def test_sweep_errors_name_the_field_and_the_allowed_values(tmp_path):
     probs = _problems(sweep_dict(
         bogus=1,
