@@ -152,6 +152,23 @@ def test_a_union_of_a_list_and_a_word_reports_both_forms(value, allowed):
     assert p.allowed == allowed
 
 
+@pytest.mark.parametrize(("seeds", "allowed"), [
+    (0, "a number >= 1 or a list"),
+    (10**9, "a number <= 100000 or a list"),
+])
+def test_a_union_of_a_bounded_number_and_a_list_is_one_problem(seeds, allowed):
+    """A campaign's ``seeds`` is a count (1..100000) or a list: pydantic names the bounded
+    member ``constrained-int``; a count out of range is one problem at ``seeds``, not a
+    ``seeds.constrained-int`` range error beside a ``seeds`` type error."""
+    from experiments.campaign import load_campaign
+    from twin.kernel.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as exc:
+        load_campaign({"name": "c", "base": _doc(), "seeds": seeds})
+    (p,) = exc.value.problems
+    assert (p.path, p.value, p.allowed) == ("seeds", seeds, allowed)
+
+
 def test_a_key_named_like_a_type_is_still_the_users_key():
     """Pydantic names union members ``int``, ``float``, ... in its error locations, and those
     are left out of paths; an unknown key the user called ``float`` is kept (with the keys

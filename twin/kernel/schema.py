@@ -217,6 +217,8 @@ def _is_tag(segment: Any) -> bool:
         return False
     if any(c in segment for c in "[]()") or segment in ("int", "float", "str", "bool", "none"):
         return True
+    if segment.startswith("constrained-"):  # a bounded member, e.g. Annotated[int, Field(ge=1)]
+        return True
     return segment in _model_names()
 
 
