@@ -169,6 +169,21 @@ def test_a_union_of_a_bounded_number_and_a_list_is_one_problem(seeds, allowed):
     assert (p.path, p.value, p.allowed) == ("seeds", seeds, allowed)
 
 
+@pytest.mark.parametrize("objectives", [["energy_j"], []])
+def test_a_fixed_length_list_given_too_few_items_is_one_problem(objectives):
+    """A sweep's ``objectives`` are exactly two metrics: one or none given is one problem at
+    ``objectives`` with the list as given (not ``objectives.1: required key is missing``)."""
+    from experiments.sweep import load_sweep
+    from twin.kernel.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as exc:
+        load_sweep({"name": "s", "base": _doc(), "space": {"workload.micro_batch": [1, 2]},
+                    "objectives": objectives})
+    (p,) = exc.value.problems
+    assert (p.path, p.message, p.value, p.allowed) == ("objectives", "too few items",
+                                                       objectives, "2 items")
+
+
 def test_a_key_named_like_a_type_is_still_the_users_key():
     """Pydantic names union members ``int``, ``float``, ... in its error locations, and those
     are left out of paths; an unknown key the user called ``float`` is kept (with the keys

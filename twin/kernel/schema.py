@@ -297,6 +297,11 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
             parent = path.rsplit(".", 1)[0] if "." in path else ""
             entries[path] = ["unknown key", None, [", ".join((known_fields or {}).get(parent,
                                                                                    []))]]
+        elif etype == "missing" and raw_loc and isinstance(raw_loc[-1], int):
+            # a fixed-length list (a tuple) given too few items: pydantic reports each absent
+            # position, up to the last; one problem at the list's own path
+            parent = path.rsplit(".", 1)[0] if "." in path else path
+            entries[parent] = ["too few items", value, [f"{raw_loc[-1] + 1} items"]]
         elif etype == "missing":
             entries.setdefault(path, ["required key is missing", None, []])
         elif path in entries:  # another alternative of a union
