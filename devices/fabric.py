@@ -629,10 +629,12 @@ class Fabric:
         return reps, nbytes
 
     def profile(self, phase: Phase) -> tuple[float, bool, float]:
-        """``(bottleneck bytes/s, crosses the network, longest hop latency s)`` of one pair's
-        transfer in ``phase`` alone on its routes: the slowest link capacity on any pair's
-        route, whether some route uses an InfiniBand / Ethernet link, and the largest sum of
-        hop latencies over its routes. ``(inf, False, 0)`` when there is no route. A function
+        """``(bottleneck bytes/s, crosses the network, nearest pair's hop latency s)`` of one
+        pair's transfer in ``phase`` alone on its routes: the slowest link capacity on any
+        pair's route, whether some route uses an InfiniBand / Ethernet link, and the smallest
+        sum of hop latencies over its healthy routes (the nearest pair: what a library's
+        measured step latency covers; pairs farther apart, such as the pair that closes a ring
+        along a mesh row, add their extra hops). ``(inf, False, 0)`` when there is no route. A function
         of the phase's pairs and the failed edges only (not of its bytes or steps): cached so,
         since a group's collectives of every size share their pairs."""
         key = (phase.src.tobytes(), phase.dst.tobytes(), self.router.failed_edges)
@@ -649,13 +651,14 @@ class Fabric:
                                [np.zeros(0, dtype=np.int64)])
         if not len(links):
             return math.inf, False, 0.0
-        # hop latency of the healthy routes (what the library's step latency was measured on):
-        # the run's own routes while nothing has failed (same routes, already computed)
+        # hop latency of the nearest pair on the healthy routes (the library's step latency
+        # was measured between neighbours): the run's own routes while nothing has failed
         healthy = self.router if not self.router.failed_edges else self._healthy
         if healthy is None:
             healthy = self._healthy = Router(self.topo)
-        hop = max(self.hop_latency(healthy.route(int(a), int(b)))
-                  for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True))
+        hop = min(self.hop_latency(healthy.route(int(a), int(b)))
+                  for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True)
+                  if a != b)
         return float(self.capacity[links].min()), bool(self.network[links].any()), hop
 
     def _route_wait(self, src: int, dst: int):

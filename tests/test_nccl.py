@@ -212,3 +212,33 @@ def test_phases_without_a_route_are_left_as_they_are():
     same = [Phase(np.arange(4), np.arange(4), np.full(4, 1e3), 3)]
     assert fab.profile(same[0])[0] == float("inf")
     assert nccl.tune_phases("allgather", same, 4e3, 4, fab) is same
+
+
+def _ring_on_a_row(kind: str, n: float) -> float:
+    """Time of a tuned 4-GPU ring all-reduce of ``n`` bytes along a 4 x 1 row of NVLink4."""
+    spec = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
+    topo = build_topology(kind, (4, 1), "nvlink4", 1)
+    env = Engine()
+    fab = Fabric(env, topo, Router(topo), {"nvlink4": spec})
+    phases = nccl.tune_phases("allreduce", collectives.collective_phases(
+        "allreduce", "ring", np.arange(4)[None, :], n, topo), n, 4, fab)
+
+    def body():
+        for ph in phases:
+            yield from fab.run_phase(ph)
+    env.process(body())
+    env.run()
+    return float(env.now)
+
+
+@pytest.mark.parametrize("n", [4096.0, 2.0 ** 26])
+def test_a_ring_closed_along_a_mesh_row_pays_the_extra_hops_at_every_step(n):
+    """On a 4 x 1 mesh the ring's closing pair 3 -> 0 is three hops away, on a 4 x 1 torus
+    one (the wrap link); the other pairs are neighbours on both, on links of their own
+    direction (no sharing). NCCL's step latency covers a step between neighbours, and a step
+    lasts as long as its slowest pair, so the mesh ring takes 2 x 3 steps x 2 extra hops x
+    the link's hop latency longer, whatever the message size."""
+    latency = float(catalog("links").get("nvlink4").values["latency_us"]) * 1e-6
+    extra = 2 * (4 - 1) * 2 * latency
+    torus, mesh = _ring_on_a_row("torus2d", n), _ring_on_a_row("mesh2d", n)
+    assert mesh - torus == pytest.approx(extra, rel=1e-6)
