@@ -24,8 +24,12 @@ aot: $(STAMP)
 run: $(STAMP) aot
 	$(TWIN) run scenarios/quickstart.yaml -o runs/quickstart.h5 --plot runs/quickstart.png
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; 2 = the cores of the CI machine);
+# `make test TEST_WORKERS=0` runs it in this process, in file order.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) aot
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-slow: $(STAMP) aot
 	$(PY) -m pytest -q -m slow
