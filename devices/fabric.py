@@ -634,9 +634,9 @@ class Fabric:
         pair's route, whether some route uses an InfiniBand / Ethernet link, and the smallest
         sum of hop latencies over its healthy routes (the nearest pair: what a library's
         measured step latency covers; pairs farther apart, such as the pair that closes a ring
-        along a mesh row, add their extra hops). ``(inf, False, 0)`` when there is no route. A function
-        of the phase's pairs and the failed edges only (not of its bytes or steps): cached so,
-        since a group's collectives of every size share their pairs."""
+        along a mesh row, add their extra hops). ``(inf, False, 0)`` when there is no route.
+        A function of the phase's pairs and the failed edges only (not of its bytes or steps):
+        cached so, since a group's collectives of every size share their pairs."""
         key = (phase.src.tobytes(), phase.dst.tobytes(), self.router.failed_edges)
         hit = self._profiles.get(key)
         if hit is None:

@@ -211,7 +211,13 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler)
+        except (OSError, ValueError, TypeError) as exc:  # a bad or unreachable address
+            raise ScenarioError([Problem(
+                "--scheduler", f"cannot connect to a Dask scheduler there "
+                f"({type(exc).__name__}: {str(exc)[:200]})", scheduler[:300],
+                "the address of a running scheduler, e.g. tcp://host:8786")]) from None
         try:
             yield client
         finally:

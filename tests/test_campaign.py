@@ -162,6 +162,17 @@ def test_campaign_input_errors_exit_2(tmp_path, capsys):
     assert "different campaign" in capsys.readouterr().err
 
 
+def test_a_scheduler_address_that_is_not_one_is_a_field_error(tmp_path, capsys):
+    """``--scheduler nonsense`` (no port): exit 2 naming ``--scheduler``, no traceback, no
+    run made."""
+    camp = _campaign_file(tmp_path, name="bad_sched", seeds=2, iterations=1, layers=2)
+    assert main(["campaign", str(camp), "-o", str(tmp_path / "o"), "--scheduler",
+                 "nonsense", "--quiet", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler" in err and "nonsense" in err and "Traceback" not in err
+    assert not list((tmp_path / "o").glob("runs/*.json"))
+
+
 def test_campaign_on_an_existing_scheduler(tmp_path):
     """--scheduler ADDRESS: the tasks go to a cluster that was already running (here an
     in-process one with 2 thread workers) and the table equals the in-process run's."""

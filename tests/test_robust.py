@@ -468,6 +468,7 @@ def test_output_paths_are_checked_before_simulating(tmp_path, capsys, monkeypatc
     cases = [("-o", "adir"), ("-o", "/proc/meshtwin.h5"), ("-o", str(device)),
              ("-o", "n" * 300 + ".h5"), ("-o", "notes.txt"), ("-o", ""),
              ("--plot", "adir"), ("--plot", "/proc/p.png"), ("--plot", "notes.txt"),
+             ("--plot", "new.txt"), ("--plot", "new"),  # the suffix picks the plot's format
              ("--report", "adir"), ("--report", str(device)), ("--report", "notes.txt")]
     for flag, target in cases:
         code, _, err = _cli(capsys, "run", path, flag, target)

@@ -4,7 +4,7 @@ Every command that writes a file checks its path first, so a wrong path is exit 
 message in seconds, not a traceback after the whole simulation:
 
 * the name is sane: not empty, no NUL byte, no component longer than the file system allows
-  (255 bytes), the whole path shorter than 4096 bytes;
+  (255 bytes), the whole path shorter than 4096 bytes; a plot's ends in ``.png``;
 * what is there is a regular file or nothing (never a directory, device node, FIFO or socket:
   ``-o /dev/null`` would otherwise be replaced by a trace);
 * an existing file is overwritten only when it is what the command itself writes (a meshtwin
@@ -66,6 +66,8 @@ def check_output(path: str | Path, key: str = "-o", kind: str = "trace",
                            "bytes", "shorter names")
     if text.endswith(os.sep) or p.name in ("", ".", ".."):
         raise _problem(key, text, "names a folder, not a file", "a file path")
+    if kind == "png" and p.suffix.lower() != ".png":  # the plotting library picks the format
+        raise _problem(key, text, "a plot is written as a PNG image", "a path ending in .png")
     try:
         st = os.stat(p)
     except FileNotFoundError:
