@@ -727,3 +727,14 @@ def test_sigkill_at_any_moment_leaves_no_partial_trace(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert open_trace(out, verify=True)["complete"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.h5"], done.stderr
+
+
+def test_a_trace_argument_that_is_no_file_says_what_is_there(tmp_path, capsys):
+    """``twin summary`` / ``limits`` on a missing path, a folder or a device: exit 2 naming
+    ``trace`` and what is there (a device used to be reported as "not found")."""
+    (tmp_path / "adir").mkdir()
+    for command in ("summary", "limits"):
+        for target, why in (("missing.h5", "trace file not found"), ("adir", "is a folder"),
+                            ("/dev/null", "not a regular file")):
+            code, _, err = _cli(capsys, command, target)
+            assert code == 2 and "trace:" in err and why in err, (command, target, err)

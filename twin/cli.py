@@ -99,14 +99,19 @@ class Command:
 
 
 def _existing(trace: str) -> Path:
-    """The path of a trace file that must exist (a ScenarioError otherwise)."""
+    """The path of a trace file that must exist (a ScenarioError naming ``trace``
+    otherwise: not found, or there but not a regular file)."""
     path = Path(trace)
     try:
-        found = path.is_file()
+        exists, regular = path.exists(), path.is_file()
     except (OSError, ValueError):
-        found = False
-    if not found:
-        raise ScenarioError(f"trace file not found: {str(path)[:300]}")
+        exists = regular = False
+    if not regular:
+        why = ("is a folder" if exists and path.is_dir() else
+               "is not a regular file (a device, FIFO or socket)" if exists else
+               "trace file not found")
+        raise ScenarioError([Problem("trace", why, str(path)[:300], "a .h5 trace written by "
+                                     "twin run")])
     return path
 
 
