@@ -78,6 +78,7 @@ def load_map(path: str | Path) -> tuple[ContentionMap, list[dict[str, Any]]]:
                                         {"": field_names(ContentionMap),
                                          "configurations.*": field_names(Configuration)})
     problems: list[Problem] = []
+    by_cell: dict[tuple[str, str, str, str], tuple[list[str], Any]] = {}  # once per problem
     tasks: list[dict[str, Any]] = []
     for cname, conf in spec.configurations.items():
         try:
@@ -98,12 +99,17 @@ def load_map(path: str | Path) -> tuple[ContentionMap, list[dict[str, Any]]]:
                 try:
                     scen = base.replace(sets)
                 except ScenarioError as exc:
-                    problems += [Problem(f"{cname}/{qname}/{sname}: {p.path}", p.message,
-                                         p.value, p.allowed) for p in exc.problems]
+                    for p in exc.problems:
+                        key = (p.path, p.message, repr(p.value), p.allowed or "")
+                        by_cell.setdefault(key, ([], p.value))[0].append(
+                            f"{cname}/{qname}/{sname}")
                     continue
                 tasks.append({"key": f"{cname}|{qname}|{sname}", "configuration": cname,
                               "concurrency": qname, "service": sname,
                               "scenario": scen.to_dict()})
+    for (path, message, _shown, allowed), (cells, value) in by_cell.items():
+        where = cells[0] if len(cells) == 1 else f"{cells[0]} and {len(cells) - 1} more cells"
+        problems.append(Problem(f"{where}: {path}", message, value, allowed or None))
     if problems:
         raise ScenarioError(problems, source=source)
     return spec, tasks

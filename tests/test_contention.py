@@ -361,3 +361,26 @@ def test_sm_sharing_without_a_memory_model_serves_no_hbm_streams():
         "workload.iterations=1", "trace.enabled=false", "overlap.sm_contention=true"])).summary
     assert s["sm_max_used"] > 0
     assert s["hbm_max_streams"] == 0 and s["hbm_slowdown_mean"] == 1.0
+
+
+def test_a_map_problem_shared_by_many_cells_is_reported_once_with_its_cells():
+    """A bad concurrency override reaches every cell of its row (roofline + each service, in
+    each configuration): one problem naming the first cell and how many more, not one per
+    cell."""
+    from experiments.contention import load_map
+
+    def problems(concurrency, services):
+        spec = {"name": "m", "iterations": 3,
+                "configurations": {c: {"base": str(SC / "quickstart.yaml")} for c in "ab"},
+                "concurrency": concurrency, "services": services}
+        with pytest.raises(ScenarioError) as exc:
+            load_map(spec)
+        return [str(p) for p in exc.value.problems]
+
+    three = {"e": {"dist": "exponential"}, "d": {"dist": "deterministic"}}
+    (p,) = problems({"ok": [], "bad": ["overlap.tp_comm=maybe"]}, three)
+    assert p.startswith("a/bad/roofline and 5 more cells: overlap.tp_comm") and "maybe" in p
+    (p,) = problems({"ok": []}, {"e": {"dist": "pareto", "alpha": 0.5}})
+    assert p.startswith("a/ok/e and 1 more cells: memory.service.alpha")
+    (p,) = problems({"ok": [], "x": ["workload.micro_batch=3"]}, {"e": {"dist": "exponential"}})
+    assert p.startswith("a/x/roofline and 3 more cells: workload.global_batch")
