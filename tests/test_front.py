@@ -208,3 +208,38 @@ def test_pareto_front_skips_infeasible_rows():
     df = pd.DataFrame({"t": [1.0, 2.0, 0.5], "e": [2.0, 1.0, 0.1],
                        "feasible": [True, True, False], "label": list("abc")})
     assert list(fr.pareto_front(df, ["t", "e"])["label"]) == ["a", "b"]
+
+
+def test_pareto_mask_refuses_anything_but_two_objective_columns():
+    for bad in (np.zeros((4, 3)), np.zeros(4), np.zeros((2, 2, 2))):
+        with pytest.raises(ValueError, match="an \\(n, 2\\) array"):
+            fr.pareto_mask(bad)
+
+
+def test_knee_of_two_points_does_not_depend_on_units():
+    """Scaled to [0, 1], two front points are (0, 1) and (1, 0), equally close to the ideal
+    point: the knee is the first, in any units."""
+    F = np.array([[1.0, 10.0], [2.0, 5.0]])
+    for scale in ([1.0, 1.0], [1e3, 1e-3], [1e-3, 1e3]):
+        assert fr.knee_index(F * np.array(scale)) == 0
+
+
+def test_knee_of_points_one_of_which_dominates_the_rest_is_that_point():
+    """The fastest and the most frugal extremes are the same point (no chord): the knee is the
+    point closest to the ideal, the dominating one, wherever it is in the list."""
+    F = np.array([[2.0, 3.0], [1.0, 1.0], [3.0, 2.0], [4.0, 4.0]])
+    assert fr.knee_index(F) == 1
+
+
+def test_a_parameter_shared_across_the_jump_by_its_last_points_does_not_separate():
+    """Family A (6 points) then, past the jump, family B: ``mb`` is 1 on A's first four points
+    and 2 on A's last two and on all of B, so it does not separate the sides of the jump (the
+    sides are every position up to the jump and every position after it)."""
+    ta, tb = np.linspace(1.0, 1.5, 6), np.linspace(3.0, 3.5, 6)
+    df = _front_df(np.r_[ta, tb], np.r_[10.0 - 2.0 * (ta - 1.0) ** 0.5,
+                                        4.0 - 1.0 * (tb - 3.0) ** 0.5],
+                   ["A"] * 6 + ["B"] * 6, extra=[1, 1, 1, 1, 2, 2] + [2] * 6)
+    (j,) = fr.shape_analysis(df, ["t", "e"], ["family", "mb"])["jumps"]
+    assert j["separating"] == ["family"]
+    assert (j["after_group"], j["before_group"]) == (["A-5"], ["B-6"])
+    assert j["changed"] == {"family": ["A", "B"]}
