@@ -3,6 +3,8 @@ statistics whose intervals cover at their stated rate."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -107,11 +109,17 @@ def test_kill_midway_then_resume_gives_each_run_once(tmp_path, capsys):
     pd.testing.assert_frame_equal(table, pd.read_parquet(out / "results.parquet"))
 
 
-def test_campaign_grid_baseline_tables_and_plots(tmp_path, capsys):
+def test_campaign_grid_baseline_tables_and_plots(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a run that wrote its scenario's trace would write it here
     camp = _campaign_file(tmp_path, name="grid", seeds=3, iterations=4, layers=2,
                           baseline=True, grid={"faults.1.factor": [1.5, 3.0]}, traces=False)
     out = tmp_path / "g"
+    t0 = time.perf_counter()
     assert main(["campaign", str(camp), "-o", str(out), "--workers", "0", "--quiet"]) == 0
+    elapsed = time.perf_counter() - t0
+    assert not list(tmp_path.rglob("*.h5"))  # traces: false writes no trace anywhere
+    for rec in (out / "runs").glob("*.json"):
+        assert 0 < json.loads(rec.read_text())["timing"]["wall_s"] < elapsed
     table = pd.read_parquet(out / "results.parquet")
     assert len(table) == 2 * 2 * 3
     assert set(table.variant) == {"faults", "baseline"}
@@ -123,6 +131,16 @@ def test_campaign_grid_baseline_tables_and_plots(tmp_path, capsys):
     assert len(its) == table.iterations_completed.sum()
     stats = pd.read_csv(out / "stats.csv")
     assert {"iteration_time_s(pooled)", "energy_j", "goodput"} <= set(stats.metric)
+    for (point, variant), runs in table.groupby(["point", "variant"]):
+        cell = stats[(stats.point == point) & (stats.variant == variant)].set_index("metric")
+        pooled = its[its.run_id.isin(runs.run_id)].iteration_time_s.to_numpy()
+        row = cell.loc["iteration_time_s(pooled)"]
+        assert row.n == len(pooled) and row["mean"] == pytest.approx(pooled.mean(), rel=1e-12)
+        for q in (50, 95, 99):  # the estimates themselves (their intervals: tests below)
+            assert row[f"p{q}"] == pytest.approx(np.quantile(pooled, q / 100), rel=1e-12)
+        energy = cell.loc["energy_j"]
+        assert energy["mean"] == pytest.approx(runs.energy_j.mean(), rel=1e-12)
+        assert energy.p50 == pytest.approx(np.median(runs.energy_j), rel=1e-12)
     for png in ("ccdf_iteration_time.png", "energy_vs_availability.png"):
         assert (out / png).stat().st_size > 1000
     printed = capsys.readouterr().out
@@ -259,6 +277,48 @@ def test_order_statistic_intervals_cover():
         assert cover >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 400), (q, n, cover)
     _est, lo, hi = quantile_ci(rng.exponential(size=8), 0.99)
     assert np.isfinite(lo) and np.isnan(hi)  # too few runs for an upper bound: said so
+
+
+def _order_statistic_ranks(n: int, q: float, confidence: float) -> tuple[int, int]:
+    """1-based ranks of the equal-tailed distribution-free interval, from the Binomial(n, q)
+    CDF summed here: the lower rank is the smallest k with P(B <= k) >= a, the upper one more
+    than the smallest k with P(B <= k) >= 1 - a, a = (1 - confidence) / 2."""
+    a = (1.0 - confidence) / 2.0
+    cdf = np.cumsum([math.comb(n, k) * q ** k * (1 - q) ** (n - k) for k in range(n + 1)])
+    return int(np.argmax(cdf >= a)), int(np.argmax(cdf >= 1 - a)) + 1
+
+
+@pytest.mark.parametrize(("n", "q", "confidence"), [(100, 0.5, 0.95), (30, 0.9, 0.9),
+                                                    (200, 0.99, 0.95), (12, 0.25, 0.8)])
+def test_order_statistic_intervals_are_the_binomial_ranks(n, q, confidence):
+    """On the sample 1..n the interval is its ranks: the textbook 95% interval of the median
+    of 100 is [x_(40), x_(61)]; the others from the binomial written out in the test."""
+    from experiments.campaign import quantile_ci
+
+    lo_rank, hi_rank = _order_statistic_ranks(n, q, confidence)
+    if (n, q) == (100, 0.5):
+        assert (lo_rank, hi_rank) == (40, 61)
+    x = np.arange(1.0, n + 1.0)
+    est, lo, hi = quantile_ci(x[::-1], q, confidence)  # (the order of the runs is irrelevant)
+    assert est == np.quantile(x, q)
+    assert lo == x[lo_rank - 1] if lo_rank >= 1 else math.isnan(lo)
+    assert hi == x[hi_rank - 1] if hi_rank <= n else math.isnan(hi)
+
+
+def test_campaign_statistics_settings_take_their_documented_bounds():
+    """``bootstrap`` 100..100000 and ``stats_seed`` 0..2**63-1 are accepted at their ends and
+    refused one past them."""
+    from experiments.campaign import load_campaign
+    from twin.kernel.errors import ScenarioError
+
+    base = scenario_dict()
+    for key, ok, bad in (("bootstrap", (100, 100_000), (99, 100_001)),
+                         ("stats_seed", (0, 2**63 - 1), (-1, 2**63))):
+        for value in ok:
+            load_campaign({"name": "c", "base": base, key: value})
+        for value in bad:
+            with pytest.raises(ScenarioError, match=key):
+                load_campaign({"name": "c", "base": base, key: value})
 
 
 def test_run_bootstrap_intervals_cover_the_mean():
