@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from experiments import front as fr
 from experiments.pareto import RunTask, run_point, run_sweep, write_outputs
@@ -147,6 +148,81 @@ def test_sweep_errors_name_the_field_and_the_allowed_values(tmp_path):
     assert any(p.startswith("base: base scenario file not found") for p in missing)
     per_it = _problems(sweep_dict(space={"parallelism": "all", "microbatches": [1, 2]}))
     assert any("objectives: the global batch varies" in p for p in per_it)
+
+
+def test_a_repeated_boundary_condition_name_is_reported_at_each_repeat_only():
+    probs = _problems(sweep_dict(boundary_conditions=[{"name": "a"}, {"name": "b"},
+                                                      {"name": "a"}, {"name": "a"}]))
+    assert [p.split(":")[0] for p in probs] == ["boundary_conditions[2].name",
+                                                "boundary_conditions[3].name"]
+
+
+@pytest.mark.parametrize("bad", [[0, 4, 1], [4, -1, -1], [True, 4, 1], [2.0, 2, 1],
+                                 ["4", 1, 1], [4, 1]])
+def test_a_parallelism_option_is_three_positive_integers(bad):
+    (p,) = _problems(sweep_dict(space={"parallelism": [[4, 1, 1], bad]}))
+    assert p.startswith("space.parallelism")
+
+
+def test_a_key_inside_a_list_of_fault_kinds_is_left_to_each_point():
+    """``faults.0.factor``: the list's items are a union of fault kinds, so the key's type
+    cannot be followed when the file is read; the dimension is accepted and each point's
+    scenario checks it (a bad value makes that point invalid, not the file)."""
+    base = copy.deepcopy(CHEAP4)
+    base["faults"] = [{"kind": "straggler", "device": 0, "factor": 1.5, "time_s": 0.0}]
+    sw = load_sweep(sweep_dict(base=base, space={"faults.0.factor": [1.5, 3.0]}))
+    assert sw.space.shape == (2,)
+
+
+def test_sweep_settings_take_their_documented_bounds():
+    """Each bounded setting of a sweep file is accepted at its ends and refused past them."""
+    from experiments.sweep import SweepSpec
+
+    def ok(**kw):
+        SweepSpec.model_validate(sweep_dict(**kw))
+
+    def bad(**kw):
+        with pytest.raises(ValidationError):
+            SweepSpec.model_validate(sweep_dict(**kw))
+
+    for n in (4, 10_000):
+        ok(nsga2={"pop_size": n})
+    for n in (1, 10_000):
+        ok(nsga2={"generations": n})
+    for n in (0, 2**63 - 1):
+        ok(nsga2={"seed": n})
+    for n in (1, 1_000_000):
+        ok(exhaustive_limit=n)
+    bad(nsga2={"pop_size": 3})
+    bad(nsga2={"generations": 0})
+    bad(nsga2={"seed": -1})
+    bad(exhaustive_limit=0)
+    bad(exhaustive_limit=1_000_001)
+    ok(robust={"seeds": [1]})
+    bad(robust={"seeds": []})
+    ok(shape={"jump_fraction": 1.0, "jump_median_factor": 1.0, "concavity_tol": 0.0})
+    bad(shape={"jump_median_factor": 0.99})
+    bad(shape={"concavity_tol": -0.001})
+
+
+def test_the_readme_sweep_file_states_the_defaults():
+    """The README's annotated sweep file shows every setting at its default (except the
+    example's space, boundary conditions and seeds): the schema must use those values."""
+    from experiments.sweep import SweepSpec
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("A sweep file:", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    shown = yaml.safe_load(block)
+    spec = SweepSpec.model_validate({"name": "t", "base": "x.yaml", "space": {"a": [1]}})
+    assert (shown["method"], shown["exhaustive_limit"]) == (spec.method, spec.exhaustive_limit)
+    assert shown["nsga2"] == spec.nsga2.model_dump()
+    assert shown["shape"] == spec.shape.model_dump()
+    assert shown["objectives"] == list(spec.objectives)
+    assert shown["reference_point"] == spec.reference_point
+    robust = {k: v for k, v in shown["robust"].items() if k != "seeds"}
+    assert robust == SweepSpec.model_validate(
+        {"name": "t", "base": "x.yaml", "space": {"a": [1]},
+         "robust": {"seeds": [1]}}).robust.model_dump(exclude={"seeds"})
 
 
 def test_base_must_run_as_it_is():
