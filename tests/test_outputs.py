@@ -69,7 +69,10 @@ def test_only_the_commands_own_kind_of_file_is_overwritten_without_force(tmp_pat
     assert check_output(parquet, kind="table") == parquet  # Parquet by its magic
     assert "refusing to overwrite it" in _refused(binary, kind="table")
     assert check_output(binary, kind="table", force=True) == binary
-    assert "refusing to overwrite it" in _refused(text, kind="png")
+    not_png = tmp_path / "notes.png"
+    not_png.write_text("a,b\n1,2\n")
+    assert "refusing to overwrite it" in _refused(not_png, kind="png")
+    assert "written as a PNG image" in _refused(text, kind="png")  # the suffix picks the format
     assert "refusing to overwrite it" in _refused(text)  # a trace by default, not forced
     empty = tmp_path / "empty.h5"
     empty.write_bytes(b"")
