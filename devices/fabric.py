@@ -7,10 +7,10 @@ which every pair ``src[i] -> dst[i]`` sends ``nbytes[i]`` (a ring all-reduce is 
 * ``flow`` - the phase is one bulk-synchronous transfer of ``steps`` steps of ``nbytes[i]`` per
   pair in the flow engine (max-min fair link sharing; no pair starts a step before all pairs
   finished the previous one, as in the packet model) plus ``steps`` times the per-step latency
-  (sender overhead + the route's hop latencies). Uncontended, this is exactly the alpha-beta
-  cost. A ring phase may instead go as one lock-step flow whose members share the slowest
-  one's rate (``lockstep_rings``; ``devices.phase.lockstep_ok``): the default ring model
-  (``network.ring_model``), the step barrier's fluid limit.
+  (sender overhead + the route's hop latencies, or a collective library's step latency plus
+  the hops beyond the nearest pair's: ``workloads.nccl``). Uncontended, the alpha-beta cost.
+  A ring phase may instead go as one lock-step flow whose members share the slowest one's rate
+  (``lockstep_rings``, ``devices.phase.lockstep_ok``): the default ``network.ring_model``.
 * ``packet`` - each step sends real messages cut into packets that queue FIFO at every
   directed :class:`~devices.link.Link` (store-and-forward per packet, pipelined).
 
@@ -19,10 +19,9 @@ Both keep per-link byte and busy-time counters and per-device sent/received byte
 the retransmission timeout.
 
 Faults: a pair that failures have disconnected (``NoRoute``) waits until an edge is restored
-and then takes the new route (the wait is logged in ``stalls``); the job never crashes on it.
-A phase whose process is interrupted (the job was aborted by an accelerator failure)
-withdraws its traffic; its bytes count as ``bytes_dropped``, so
-``bytes_sent == bytes_received + bytes_dropped`` always holds.
+and then takes the new route (the wait is logged in ``stalls``); the job never crashes on it. A
+phase whose process is interrupted (the job was aborted by an accelerator failure) withdraws
+its traffic, counted as ``bytes_dropped``: ``bytes_sent == bytes_received + bytes_dropped``.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from devices.link import Link, LinkDown
 from devices.phase import MessageRecord, Phase, lockstep_ok, per_device
 from devices.replicas import ReplicaQuotient
 from devices.spec import LinkSpec
-from topologies.routing import NoRoute, Router
+from topologies.routing import NoRoute, Router, nearest_pair
 from twin.kernel.flows import FlowNetwork, Transfer, max_min_rates
 
 
@@ -141,6 +140,7 @@ class Fabric:
         self._unfolded: dict[int, list] = {}
         self._bundles: dict[int, tuple] = {}  # see _closed_bundle
         self._profiles: dict[tuple, tuple[float, bool, float]] = {}  # see profile
+        self._neighbours: dict[bool, float] = {}  # see neighbours
         # a ring's flows as one lock-step flow (devices.phase.lockstep_ok): every ring phase
         # ("all": the lock-step ring model, Scenario.rings), or the phases the caller allows
         # (allow_lockstep: the step model's fast-mode TP rings without symmetry)
@@ -629,14 +629,11 @@ class Fabric:
         return reps, nbytes
 
     def profile(self, phase: Phase) -> tuple[float, bool, float]:
-        """``(bottleneck bytes/s, crosses the network, nearest pair's hop latency s)`` of one
-        pair's transfer in ``phase`` alone on its routes: the slowest link capacity on any
-        pair's route, whether some route uses an InfiniBand / Ethernet link, and the smallest
-        sum of hop latencies over its healthy routes (the nearest pair: what a library's
-        measured step latency covers; pairs farther apart, such as the pair that closes a ring
-        along a mesh row, add their extra hops). ``(inf, False, 0)`` when there is no route.
-        A function of the phase's pairs and the failed edges only (not of its bytes or steps):
-        cached so, since a group's collectives of every size share their pairs."""
+        """``(bottleneck bytes/s, crosses the network, reference hop latency s)`` of ``phase``
+        alone on its routes: the slowest link on any pair's route, whether a route uses an
+        InfiniBand / Ethernet link, and the hop latency a library's measured step covers (the
+        nearest pair's, see ``_profile``; pairs farther apart add their extra hops). ``(inf,
+        False, 0)`` without a route. Cached by the phase's pairs and the failed edges."""
         key = (phase.src.tobytes(), phase.dst.tobytes(), self.router.failed_edges)
         hit = self._profiles.get(key)
         if hit is None:
@@ -651,15 +648,29 @@ class Fabric:
                                [np.zeros(0, dtype=np.int64)])
         if not len(links):
             return math.inf, False, 0.0
-        # hop latency of the nearest pair on the healthy routes (the library's step latency
-        # was measured between neighbours): the run's own routes while nothing has failed
-        healthy = self.router if not self.router.failed_edges else self._healthy
-        if healthy is None:
-            healthy = self._healthy = Router(self.topo)
-        hop = min(self.hop_latency(healthy.route(int(a), int(b)))
-                  for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True)
-                  if a != b)
-        return float(self.capacity[links].min()), bool(self.network[links].any()), hop
+        # the library's step latency was measured between neighbours: the phase's own nearest
+        # pair or the fabric's of the same kind (a ring of pairs k hops apart pays k - 1 more)
+        healthy, network = self._healthy_router(), bool(self.network[links].any())
+        own = min(self.hop_latency(healthy.route(int(a), int(b)))
+                  for a, b in zip(phase.src.tolist(), phase.dst.tolist(), strict=True) if a != b)
+        return float(self.capacity[links].min()), network, min(own, self.neighbours(network))
+
+    def _healthy_router(self) -> Router:
+        """The run's router while nothing has failed, else one without failures."""
+        if self.router.failed_edges and self._healthy is None:
+            self._healthy = Router(self.topo)
+        return self._healthy if self.router.failed_edges else self.router
+
+    def neighbours(self, network: bool) -> float:
+        """Hop latency of the fabric's nearest pair of devices whose healthy route crosses a
+        network link (``network``) or not, s (``topologies.routing.nearest_pair``; or inf)."""
+        hit = self._neighbours.get(network)
+        if hit is None:
+            best = nearest_pair(self.topo, self._healthy_router(),
+                                lambda r: bool(self.network[list(r)].any()) == network,
+                                self.hop_latency)
+            hit = self._neighbours[network] = math.inf if best is None else best
+        return hit
 
     def _route_wait(self, src: int, dst: int):
         """Process body: the route ``src -> dst``, waiting for edges to come back while

@@ -242,3 +242,58 @@ def test_a_ring_closed_along_a_mesh_row_pays_the_extra_hops_at_every_step(n):
     extra = 2 * (4 - 1) * 2 * latency
     torus, mesh = _ring_on_a_row("torus2d", n), _ring_on_a_row("mesh2d", n)
     assert mesh - torus == pytest.approx(extra, rel=1e-6)
+
+
+def _ring_of(members: list[int], n: float, devices: int) -> float:
+    """Time of a tuned ring all-reduce of ``n`` bytes over ``members`` of a ``devices`` x 1
+    torus of NVLink4."""
+    spec = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
+    topo = build_topology("torus2d", (devices, 1), "nvlink4", 1)
+    env = Engine()
+    fab = Fabric(env, topo, Router(topo), {"nvlink4": spec})
+    group = np.array(members)[None, :]
+    phases = nccl.tune_phases("allreduce", collectives.collective_phases(
+        "allreduce", "ring", group, n, topo), n, len(members), fab)
+
+    def body():
+        for ph in phases:
+            yield from fab.run_phase(ph)
+    env.process(body())
+    env.run()
+    return float(env.now)
+
+
+def test_a_ring_whose_pairs_are_all_two_hops_apart_pays_one_extra_hop_per_step():
+    """Members 0, 2, 4, 6 of an 8-ring: every pair two hops apart (the routes of one
+    direction, no link shared), against 0, 1, 2, 3 of a 4-ring (one hop): the library's step
+    latency covers the fabric's nearest pair, so every one of the 2 x 3 steps pays one more
+    hop's latency, at any size."""
+    latency = float(catalog("links").get("nvlink4").values["latency_us"]) * 1e-6
+    for n in (4096.0, 2.0 ** 26):
+        strided, packed = _ring_of([0, 2, 4, 6], n, 8), _ring_of([0, 1, 2, 3], n, 4)
+        assert strided - packed == pytest.approx(2 * 3 * latency, rel=1e-6)
+
+
+@pytest.mark.parametrize(("kind", "shape", "link"), [
+    ("switched", (8, 2), "nvlink4-switch"), ("switched", (4, 4), "nvlink4-switch"),
+    ("mesh2d", (4, 3), "nvlink4"), ("torus2d", (4, 4), "nvlink4"),
+    ("dragonfly2d", (4, 3), "nvlink4"), ("ring", (6,), "nvlink4")])
+def test_the_fabrics_nearest_pair_is_the_brute_force_minimum(kind, shape, link):
+    """``Fabric.neighbours``: the least hop latency over every pair of devices whose route
+    stays on device links (False) or crosses the network (True), by brute force over all
+    ordered pairs; ``inf`` for a kind no pair has."""
+    per_gpu = int(catalog("links").get(link).values.get("links_per_gpu", 1))
+    nic = {"nic_link": "ib-ndr400-port"} if kind == "switched" else {}
+    topo = build_topology(kind, shape, link, per_gpu if kind == "switched" else 1, **nic)
+    specs = {name: LinkSpec.model_validate(catalog("links").get(name).values)
+             for name in topo.link_types()}
+    fab = Fabric(Engine(), topo, Router(topo), specs)
+    brute = {False: np.inf, True: np.inf}
+    for a in range(topo.n_devices):
+        for b in range(topo.n_devices):
+            if a != b:
+                route = fab.router.route(a, b)
+                net = bool(fab.network[list(route)].any())
+                brute[net] = min(brute[net], fab.hop_latency(route))
+    for network in (False, True):
+        assert fab.neighbours(network) == brute[network], network

@@ -21,6 +21,7 @@ changes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 
 import networkx as nx
@@ -167,3 +168,34 @@ class Router:
         if not self._failed or all(self._healthy(a, b) for a, b in pairwise(path)):
             return path
         return None
+
+
+#: Most routes :func:`nearest_pair` computes (a bound on the search's cost, not a model number:
+#: the nearest pairs are a few graph hops away).
+NEIGHBOUR_PROBES = 1024
+
+
+def nearest_pair(topo: Topology, router: Router, keep: Callable[[tuple[int, ...]], bool],
+                 cost: Callable[[tuple[int, ...]], float]) -> float | None:
+    """The least ``cost(route)`` over the routes from device 0 to the devices nearest to it
+    whose route ``keep(route)`` accepts, or None when there is none.
+
+    Breadth-first over the graph from device 0, layer by layer, up to one layer past the
+    first accepted route and at most :data:`NEIGHBOUR_PROBES` routes: on the symmetric
+    fabrics the twin builds (grids, tori, rings, dragonflies, identical nodes under switches)
+    device 0's nearest pair of a kind is the fabric's.
+    """
+    best: float | None = None
+    probes, found_at = 0, None
+    for depth, layer in enumerate(nx.bfs_layers(topo.graph, 0)):
+        if (found_at is not None and depth > found_at + 1) or probes >= NEIGHBOUR_PROBES:
+            break
+        for v in layer:
+            if not 0 < v < topo.n_devices or probes >= NEIGHBOUR_PROBES:
+                continue
+            probes += 1
+            route = tuple(router.route(0, int(v)))
+            if route and keep(route):
+                best = cost(route) if best is None else min(best, cost(route))
+                found_at = depth if found_at is None else found_at
+    return best

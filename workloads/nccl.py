@@ -14,13 +14,13 @@ only) and 1/4 or 1/3 (LL: 8-byte lines carrying 4 data bytes plus GPU polling li
 messages take LL (latency ~0.5 us a step, a quarter of the bandwidth), large ones Simple
 (full bandwidth, ~3.4 us a step on NVLink and ~9.6 us over the network), so the achievable bus
 bandwidth rises with the message size to the link's. The fabric runs the chosen protocol: its
-per-step latency replaces the sender overhead and hop latencies of the phase's nearest pair
-on healthy routes (the library's constants were measured between neighbours; a step lasts as
-long as its slowest pair, so pairs farther apart, such as the pair that closes a ring along a
-mesh row, and detours around a failed link add their extra hops' latency; a ring whose pairs
-are all equally far apart is taken at the library's step latency), its base latency is paid
-once per collective, and its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's
-uncontended bandwidth term (the bytes on the wire stay the payload's, so volumes are exact;
+per-step latency replaces the sender overhead and hop latencies of the fabric's nearest pair
+of devices of the same kind (device links, or the network; ``Fabric.neighbours``) on healthy
+routes: the library's constants were measured between neighbours, and a step lasts as long as
+its slowest pair, so a ring whose pairs are farther apart (every pair k hops on a strided
+placement, the pair that closes a ring along a mesh row, a detour around a failed link) pays
+their extra hops' latency at every step. Its base latency is paid once per collective, and
+its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's uncontended bandwidth term (the bytes on the wire stay the payload's, so volumes are exact;
 LL is only chosen for small messages, where that term is small).
 """
 
