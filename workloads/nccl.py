@@ -20,8 +20,9 @@ routes: the library's constants were measured between neighbours, and a step las
 its slowest pair, so a ring whose pairs are farther apart (every pair k hops on a strided
 placement, the pair that closes a ring along a mesh row, a detour around a failed link) pays
 their extra hops' latency at every step. Its base latency is paid once per collective, and
-its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's uncontended bandwidth term (the bytes on the wire stay the payload's, so volumes are exact;
-LL is only chosen for small messages, where that term is small).
+its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's uncontended bandwidth
+term (the bytes on the wire stay the payload's, so volumes are exact; LL is only chosen for
+small messages, where that term is small).
 """
 
 from __future__ import annotations
