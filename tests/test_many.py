@@ -1,0 +1,112 @@
+"""What the multi-run commands share (``experiments/many.py``): reading a ``base:`` scenario,
+the task runner, the run journal and atomic writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.many import RecordDir, TaskRunner, atomic_write_text, read_base
+from tests.conftest import scenario_dict
+
+
+def _base(base, here: Path):
+    problems: list = []
+    return read_base(base, here, problems), [str(p) for p in problems]
+
+
+def test_a_base_path_is_read_next_to_the_file_or_else_in_the_working_directory(
+        tmp_path, monkeypatch):
+    """``base: b.yaml`` is looked for in the folder of the file that names it, then (a path
+    that exists only there) in the working directory; neither: one problem under ``base``."""
+    here, cwd = tmp_path / "sweeps", tmp_path / "work"
+    here.mkdir()
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    (cwd / "b.yaml").write_text(yaml.safe_dump(scenario_dict(name="in_cwd")))
+    assert _base("b.yaml", here)[0]["name"] == "in_cwd"
+    (here / "b.yaml").write_text(yaml.safe_dump(scenario_dict(name="next_to_it")))
+    assert _base("b.yaml", here)[0]["name"] == "next_to_it"  # the file's folder first
+    assert _base("nope.yaml", here) == (None, [
+        f"base: base scenario file not found (given: 'nope.yaml'); allowed: a scenario path "
+        f"relative to {here} or an inline mapping"])
+
+
+def test_a_base_name_that_is_no_path_is_not_found_and_shown_shortened(tmp_path):
+    for name in ("a\x00b.yaml", "x" * 5000):  # a NUL byte; a name too long for the system
+        problems: list = []
+        assert read_base(name, tmp_path, problems) is None
+        (p,) = problems
+        assert (p.path, p.message, p.value) == ("base", "base scenario file not found",
+                                                name[:200])
+
+
+def test_the_journal_keeps_what_a_worker_wrote(tmp_path):
+    """``RecordDir.add`` stores a record that is not there yet, and leaves one that is (the
+    worker that ran it wrote it first)."""
+    journal = RecordDir(tmp_path / "runs")
+    journal.start()
+    journal.add("r1", {"by": "driver"})
+    assert journal.get("r1") == {"by": "driver"}
+    atomic_write_text(journal.path("r2"), '{"by": "worker"}')
+    journal.add("r2", {"by": "driver"})
+    assert journal.get("r2") == {"by": "worker"}
+
+
+def test_an_atomic_write_removes_dead_writers_leftovers_only(tmp_path):
+    """Temporary files ``.NAME.tmp-PID`` left next to the target by a killed process are
+    removed; those of a live process (still writing) and foreign names are kept."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    target = tmp_path / "table.csv"
+    left = tmp_path / f".table.csv.tmp-{dead.pid}"
+    live = tmp_path / f".table.csv.tmp-{os.getppid()}"
+    odd = tmp_path / ".table.csv.tmp-notapid"
+    for p in (left, live, odd):
+        p.write_text("partial")
+    atomic_write_text(target, "a,b\n")
+    assert target.read_text() == "a,b\n"
+    assert not left.exists() and live.exists() and odd.exists()
+
+
+def test_the_task_runner_shows_progress_unless_told_not_to(monkeypatch):
+    """By default the bar is left to tqdm (shown on a terminal); ``progress=False`` hides it.
+    A window of one task is allowed."""
+    import tqdm
+
+    seen = []
+    real = tqdm.tqdm
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["disable"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", spy)
+    assert list(TaskRunner(abs, window=1).map([-1])) == [(-1, 1)]
+    assert list(TaskRunner(abs, progress=False).map([-2])) == [(-2, 2)]
+    assert seen == [None, True]
+
+
+def test_equal_tasks_on_dask_each_come_back():
+    """Three equal tasks come back three times, each with its result."""
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        out = list(TaskRunner(abs, client, progress=False, window=2).map([-3, -3, -3]))
+    assert out == [(-3, 3)] * 3
+
+
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+def test_a_local_dask_cluster_runs_single_threaded_workers():
+    """``dask_client(workers)``: that many worker processes, one thread each (the twin's runs
+    are single-threaded Python; two threads in a worker would share one GIL)."""
+    from experiments.many import dask_client
+
+    with dask_client(2) as client:
+        assert sorted(client.nthreads().values()) == [1, 1]
