@@ -411,9 +411,43 @@ def test_robust_fronts_of_mean_and_quantile():
     assert set(res.robust_fronts.statistic) <= {"mean", "p90"}
 
 
+def test_a_points_record_from_its_runs_by_hand():
+    """``aggregate``: a dimension's value keeps its type (a number stays a number, a list or
+    mapping is JSON); with two seeds the mean, the sample standard deviation (ddof 1) and the
+    quantile of the two runs; a broken constraint's violation is the relative excess summed
+    over the constraints, (700 - 500) / 500 + (0.6 - 0.5) / 0.6."""
+    from experiments.pareto.evaluate import aggregate
+
+    def run(t, e, w, mfu):
+        return {"status": "ok", "reason": "", "iteration_time_s": t,
+                "energy_per_iteration_j": e, "avg_power_w": w, "mfu": mfu}
+
+    limits = {"avg_power_w": {"max": 500.0}, "mfu": {"min": 0.6}}
+    one = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1]],
+                                       "workload.micro_batch": [1, 2],
+                                       "faults": [[]]},
+                                constraints=limits))
+    row = aggregate(one, "nominal", (0, 1, 0), [run(1.0, 2.0, 700.0, 0.5)])
+    assert row["workload.micro_batch"] == 2 and row["faults"] == "[]"
+    assert row["status"] == "constraint" and not row["feasible"]
+    assert row["violation"] == pytest.approx(200.0 / 500.0 + 0.1 / 0.6, rel=1e-12)
+    two = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1]]},
+                                robust={"seeds": [1, 2], "quantile": 0.95}))
+    row = aggregate(two, "nominal", (0,), [run(1.0, 2.0, 400.0, 0.7),
+                                           run(3.0, 6.0, 450.0, 0.6)])
+    assert row["status"] == "ok" and row["n_seeds"] == 2
+    assert row["iteration_time_s"] == 2.0 and row["energy_per_iteration_j"] == 4.0
+    assert row["iteration_time_s_std"] == pytest.approx(np.sqrt(2.0), rel=1e-12)
+    assert row["iteration_time_s_p95"] == pytest.approx(1.0 + 0.95 * 2.0, rel=1e-12)
+
+
 def test_same_scenario_same_points():
     sw = load_sweep(sweep_dict(space={"parallelism": [[4, 1, 1], [2, 2, 1]]}))
     a = run_sweep(sw, progress=False).points
+    assert (a.energy_delay_product_js.to_numpy() == pytest.approx(
+        (a.iteration_time_s * a.energy_per_iteration_j).to_numpy(), rel=1e-12))
+    assert (a.time_per_sequence_s.to_numpy() == pytest.approx(
+        (a.iteration_time_s / a.global_batch).to_numpy(), rel=1e-12))
     b = run_sweep(sw, progress=False).points
     pd.testing.assert_series_equal(a.iteration_time_s, b.iteration_time_s)
     pd.testing.assert_series_equal(a.energy_per_iteration_j, b.energy_per_iteration_j)
