@@ -281,7 +281,7 @@ def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
         "services": {"exp": {"dist": "exponential"}, "p15": {"dist": "pareto", "alpha": 1.5}}}
     f = tmp_path / "map.yaml"
     f.write_text(yaml.safe_dump(spec))
-    out = tmp_path / "out"
+    out = tmp_path / "runs" / "maps" / "out"  # folders still to be made
     assert main(["contention", str(f), "-o", str(out), "--workers", "0", "--quiet"]) == 0
     df = pd.read_csv(out / "cells.csv")
     assert sorted(df.service) == ["exp", "p15", "roofline"]
@@ -291,6 +291,10 @@ def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
     roof = df[df.service == "roofline"].iloc[0]
     assert p15.efficiency == pytest.approx(roof.iteration_time_mean_s / p15.iteration_time_mean_s)
     assert main(["check", str(f)]) == 0
+    # resumed in the same (existing) folder: the same table
+    assert main(["contention", str(f), "-o", str(out), "--workers", "0", "--quiet",
+                 "--resume"]) == 0
+    pd.testing.assert_frame_equal(df, pd.read_csv(out / "cells.csv"))
     spec["services"]["bad"] = {"dist": "pareto", "alpha": 0.5}
     f.write_text(yaml.safe_dump(spec))
     assert main(["check", str(f)]) == 2
@@ -384,3 +388,38 @@ def test_a_map_problem_shared_by_many_cells_is_reported_once_with_its_cells():
     assert p.startswith("a/ok/e and 1 more cells: memory.service.alpha")
     (p,) = problems({"ok": [], "x": ["workload.micro_batch=3"]}, {"e": {"dist": "exponential"}})
     assert p.startswith("a/x/roofline and 3 more cells: workload.global_batch")
+
+
+def test_a_cells_record_is_its_runs_summary():
+    """``run_cell`` against the same scenario run here: the iteration statistics and HBM
+    figures are the summary's, and ``rho_max`` the largest utilization over the summary's
+    bandwidth levels and its latency levels."""
+    from experiments.contention import load_map, run_cell
+
+    spec = {"name": "one", "iterations": 3, "configurations": {"lat": {
+        "base": str(SC / "quickstart.yaml"),
+        "set": ["cluster.topology.shape=[2,1]", "workload.parallelism.dp=2",
+                "workload.global_batch=4", "workload.micro_batch=1", "workload.seq_len=256",
+                "memory.bound=auto"]}},
+        "concurrency": {"default": []}, "services": {"exp": {"dist": "exponential"}}}
+    _spec, tasks = load_map(spec)
+    (task,) = [t for t in tasks if t["service"] == "exp"]
+    rec = run_cell(task)
+    s = run(load_scenario(task["scenario"])).summary
+    rhos = [lv["rho"] for lv in (s.get("memory_levels") or [])]
+    rhos += [lv["rho"] for lv in ((s.get("memory_latency") or {}).get("levels") or [])]
+    assert rhos and rec["rho_max"] == max(rhos)
+    assert (rec["iteration_time_mean_s"], rec["iteration_time_p99_s"]) == (
+        s["iteration_time_s"], s["iteration_time_p99_s"])
+    assert rec["hbm_slowdown_mean"] == s["hbm_slowdown_mean"] and rec["error"] == ""
+
+
+def test_a_map_whose_base_is_missing_names_its_configuration(tmp_path):
+    from experiments.contention import load_map
+
+    spec = {"name": "m", "configurations": {"a": {"base": str(tmp_path / "nope.yaml")}},
+            "concurrency": {"default": []}, "services": {"e": {"dist": "exponential"}}}
+    with pytest.raises(ScenarioError) as exc:
+        load_map(spec)
+    (p,) = exc.value.problems
+    assert p.path == "configurations.a.base" and "not found" in p.message
