@@ -214,14 +214,15 @@ def test_phases_without_a_route_are_left_as_they_are():
     assert nccl.tune_phases("allgather", same, 4e3, 4, fab) is same
 
 
-def _ring_on_a_row(kind: str, n: float) -> float:
-    """Time of a tuned 4-GPU ring all-reduce of ``n`` bytes along a 4 x 1 row of NVLink4."""
+def _ring_of(members: list[int], n: float, devices: int, kind: str = "torus2d") -> float:
+    """Time of a tuned ring all-reduce of ``n`` bytes over ``members`` of a ``devices`` x 1
+    row of NVLink4 (``kind``: torus2d or mesh2d)."""
     spec = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
-    topo = build_topology(kind, (4, 1), "nvlink4", 1)
+    topo = build_topology(kind, (devices, 1), "nvlink4", 1)
     env = Engine()
     fab = Fabric(env, topo, Router(topo), {"nvlink4": spec})
     phases = nccl.tune_phases("allreduce", collectives.collective_phases(
-        "allreduce", "ring", np.arange(4)[None, :], n, topo), n, 4, fab)
+        "allreduce", "ring", np.array(members)[None, :], n, topo), n, len(members), fab)
 
     def body():
         for ph in phases:
@@ -240,27 +241,11 @@ def test_a_ring_closed_along_a_mesh_row_pays_the_extra_hops_at_every_step(n):
     the link's hop latency longer, whatever the message size."""
     latency = float(catalog("links").get("nvlink4").values["latency_us"]) * 1e-6
     extra = 2 * (4 - 1) * 2 * latency
-    torus, mesh = _ring_on_a_row("torus2d", n), _ring_on_a_row("mesh2d", n)
+    row = [0, 1, 2, 3]
+    torus, mesh = _ring_of(row, n, 4), _ring_of(row, n, 4, "mesh2d")
     assert mesh - torus == pytest.approx(extra, rel=1e-6)
 
 
-def _ring_of(members: list[int], n: float, devices: int) -> float:
-    """Time of a tuned ring all-reduce of ``n`` bytes over ``members`` of a ``devices`` x 1
-    torus of NVLink4."""
-    spec = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
-    topo = build_topology("torus2d", (devices, 1), "nvlink4", 1)
-    env = Engine()
-    fab = Fabric(env, topo, Router(topo), {"nvlink4": spec})
-    group = np.array(members)[None, :]
-    phases = nccl.tune_phases("allreduce", collectives.collective_phases(
-        "allreduce", "ring", group, n, topo), n, len(members), fab)
-
-    def body():
-        for ph in phases:
-            yield from fab.run_phase(ph)
-    env.process(body())
-    env.run()
-    return float(env.now)
 
 
 def test_a_ring_whose_pairs_are_all_two_hops_apart_pays_one_extra_hop_per_step():
