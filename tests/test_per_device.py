@@ -266,3 +266,53 @@ def test_a_one_kelvin_gradient_along_x(tiny):
                     "power.thermal.inlet_gradient_along=x"]))
     df = read_table(res.trace_path, "devices").sort_values("device")
     np.testing.assert_allclose(df["inlet_c"], 25.0 + df["x"] / 3.0, rtol=1e-12)
+
+
+def test_an_edge_effect_point_is_its_devices_table_per_position_class(tmp_path):
+    """``run_point`` against the same scenario run here: one row per position class of the
+    4x4 mesh (corner 4, edge 8, interior 4 devices), each the class's mean and spread of
+    energy per device per iteration, network energy, forwarded bytes and waits per device per
+    iteration from the devices table, the run's iteration time, the hottest die; the trace is
+    not kept."""
+    from experiments.edge_effect import run_point, scenario
+
+    rows = run_point("mesh2d", "dp4-tp4", 1530, True, tmp_path)
+    d = scenario("mesh2d", "dp4-tp4", 1530, True)
+    d["trace"]["path"] = str(tmp_path / "again.h5")
+    res = run(load_scenario(d))
+    iters = res.summary["iterations_completed"]
+    dev = read_table(res.trace_path, "devices")
+    assert not list(tmp_path.glob("edge-*.h5"))
+    assert [(r["position"], r["devices"]) for r in rows] == [("corner", 4), ("edge", 8),
+                                                             ("interior", 4)]
+    for r in rows:
+        g = dev[dev.position.astype(str) == r["position"]]
+        e = g.energy_j.to_numpy() / iters
+        assert (r["topology"], r["failed_link"], r["strategy"], r["clock_mhz"]) == (
+            "mesh2d", "0-1", "dp4-tp4", 1530)
+        assert r["iteration_time_s"] == res.summary["iteration_time_s"]
+        assert r["energy_per_device_j"] == pytest.approx(e.mean(), rel=1e-12)
+        assert r["energy_std_j"] == pytest.approx(e.std(), rel=1e-9, abs=1e-12)
+        assert r["network_per_device_j"] == pytest.approx(g.network_j.mean() / iters, rel=1e-12)
+        assert r["forwarded_bytes_per_device"] == pytest.approx(
+            g.forwarded_bytes.mean() / iters, rel=1e-12)
+        assert r["wait_per_device_s"] == pytest.approx(g.wait_s.mean() / iters, rel=1e-12)
+        assert r["max_temp_c"] == g.max_temp_c.max()
+
+
+def test_the_edge_effect_study_is_the_one_the_readme_describes():
+    """The README: five strategies at 1980 / 1530 / 1080 MHz on a 4x4 mesh and a 4x4 torus,
+    healthy and with link 0-1 (at a corner of the mesh) failed; every rank simulated (the
+    position classes need each device's own numbers)."""
+    from experiments import edge_effect as ee
+
+    assert ee.CLOCKS_MHZ == (1980, 1530, 1080) and ee.FAILED_LINK == (0, 1)
+    assert set(ee.TOPOLOGIES) == {"mesh2d", "torus2d"} and len(ee.STRATEGIES) == 5
+    for name, (dp, tp, pp, _placement, _algo) in ee.STRATEGIES.items():
+        d = ee.scenario("mesh2d", name, 1980, True)
+        assert d["cluster"]["topology"] == {"kind": "mesh2d", "shape": [4, 4]}
+        assert d["cluster"]["links_per_edge"] == 4 and dp * tp * pp == 16
+        assert d["simulation"]["symmetry"] is False
+        assert d["faults"] == [{"kind": "link_down", "link": [0, 1], "time_s": 0.0}]
+        assert "faults" not in ee.scenario("mesh2d", name, 1980, False)
+        load_scenario(d)  # a valid scenario
