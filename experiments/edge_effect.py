@@ -144,7 +144,14 @@ def answer(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
-    """One panel per (topology, failure): energy per device vs iteration time by class."""
+    """Write :func:`figure` as a PNG at ``path``."""
+    figure(rows).savefig(path, dpi=110)
+    return path
+
+
+def figure(rows: list[dict[str, Any]]) -> Figure:
+    """One panel per (topology, failure), in sorted order: energy per device vs iteration time,
+    one scatter per position class and its front as a line."""
     panels = sorted({(r["topology"], r["failed_link"]) for r in rows})
     cols = 2 if len(panels) > 1 else 1
     rows_n = (len(panels) + cols - 1) // cols
@@ -168,8 +175,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         ax.set_ylabel("energy per device per iteration (J)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -316,3 +316,74 @@ def test_the_edge_effect_study_is_the_one_the_readme_describes():
         assert d["faults"] == [{"kind": "link_down", "link": [0, 1], "time_s": 0.0}]
         assert "faults" not in ee.scenario("mesh2d", name, 1980, False)
         load_scenario(d)  # a valid scenario
+
+
+def test_the_edge_effect_figure_puts_each_run_in_its_own_panel():
+    """Hand-made rows for two topologies, healthy and failed: each panel (sorted by topology,
+    then failure) scatters exactly its own rows per class and draws its front through the
+    rows marked on it, fastest first."""
+    from experiments.edge_effect import figure
+
+    rows = []
+    for t, topo in enumerate(("mesh2d", "torus2d")):
+        for f, fail in enumerate(("0-1", "none")):
+            classes = ("corner", "interior") if topo == "mesh2d" else ("all",)
+            for c, pos in enumerate(classes):
+                for k in range(3):
+                    rows.append({"topology": topo, "failed_link": fail, "position": pos,
+                                 "iteration_time_s": 1.0 + t + 0.1 * f + 0.01 * k,
+                                 "energy_per_device_j": 10.0 * (t + 1) + f + c - k,
+                                 "on_front": k != 1})
+    fig = figure(rows)
+    assert [ax.get_title() for ax in fig.axes] == [
+        "mesh2d, failed link 0-1", "mesh2d, failed link none", "torus2d, failed link 0-1",
+        "torus2d, failed link none"]
+    for ax in fig.axes:
+        topo, fail = ax.get_title().replace(", failed link", "").split()
+        mine = [r for r in rows if (r["topology"], r["failed_link"]) == (topo, fail)]
+        shown = np.concatenate([c.get_offsets() for c in ax.collections])
+        assert sorted(map(tuple, shown.tolist())) == sorted(
+            (r["iteration_time_s"], r["energy_per_device_j"]) for r in mine)
+        for line, pos in zip(ax.lines, dict.fromkeys(r["position"] for r in mine), strict=True):
+            front = sorted((r for r in mine if r["position"] == pos and r["on_front"]),
+                           key=lambda r: r["iteration_time_s"])
+            assert list(line.get_xdata()) == [r["iteration_time_s"] for r in front]
+            assert list(line.get_ydata()) == [r["energy_per_device_j"] for r in front]
+
+
+def test_the_edge_effect_answer_by_hand():
+    """``answer`` on hand-made rows: two configurations on a mesh, healthy and failed; the
+    gaps of each class against the corners (median, min, max over configurations), each
+    strategy's largest spread inside a class (std / mean), each class's front points and
+    whether all classes share them."""
+    from experiments.edge_effect import answer
+
+    def row(fail, strategy, clock, pos, energy, std, on_front):
+        return {"topology": "mesh2d", "failed_link": fail, "strategy": strategy,
+                "clock_mhz": clock, "position": pos, "energy_per_device_j": energy,
+                "energy_std_j": std, "on_front": on_front}
+
+    rows = [row("none", "a", 1980, "corner", 100.0, 1.0, True),
+            row("none", "a", 1980, "edge", 102.0, 2.04, True),
+            row("none", "a", 1980, "interior", 104.0, 0.0, True),
+            row("none", "b", 1080, "corner", 50.0, 5.0, True),
+            row("none", "b", 1080, "edge", 50.5, 0.0, True),
+            row("none", "b", 1080, "interior", 53.0, 0.53, False),
+            row("0-1", "a", 1980, "corner", 10.0, 0.0, True),
+            row("0-1", "a", 1980, "edge", 11.0, 0.0, True)]
+    out = answer(rows)
+    assert list(out) == ["mesh2d/0-1", "mesh2d/none"]
+    healthy = out["mesh2d/none"]
+    assert healthy["classes"] == ["corner", "edge", "interior"]
+    edge = healthy["edge_vs_corner_energy_gap"]     # +2% (a) and +1% (b)
+    inner = healthy["interior_vs_corner_energy_gap"]  # +4% (a) and +6% (b)
+    assert (edge["median"], edge["min"], edge["max"]) == pytest.approx((0.015, 0.01, 0.02))
+    assert (inner["median"], inner["min"], inner["max"]) == pytest.approx((0.05, 0.04, 0.06))
+    assert healthy["within_class_spread_max"] == pytest.approx({"a": 0.02, "b": 0.1})
+    assert healthy["fronts"] == {"corner": ["a@1980", "b@1080"], "edge": ["a@1980", "b@1080"],
+                                 "interior": ["a@1980"]}
+    assert healthy["same_front_points"] is False
+    failed = out["mesh2d/0-1"]
+    assert failed["classes"] == ["corner", "edge"] and failed["same_front_points"] is True
+    assert failed["edge_vs_corner_energy_gap"]["median"] == pytest.approx(0.1)
+    assert failed["within_class_spread_max"] == {"a": 0.0}
