@@ -286,22 +286,22 @@ class TaskRunner:
         todo = iter(tasks)
         futures: dict[Any, Any] = {}  # in flight: future -> task
 
-        def submit() -> list[Any]:
-            """The next task's future, as a list (empty when every task was submitted)."""
-            for task in itertools.islice(todo, 1):
+        def submit(n: int) -> list[Any]:
+            """Submit the next ``n`` tasks (fewer when they run out); their futures."""
+            new = []
+            for task in itertools.islice(todo, n):
                 fut = self.client.submit(self.fn, task, pure=False)
                 futures[fut] = task
-                return [fut]
-            return []
+                new.append(fut)
+            return new
 
-        running = as_completed([f for _ in range(min(self.window, len(tasks)))
-                                for f in submit()])
+        running = as_completed(submit(self.window))
         for fut in running:
             try:
                 result = fut.result()
             except Exception as exc:  # reported to the caller per task
                 result = exc
-            running.update(submit())
+            running.update(submit(1))
             yield futures.pop(fut), result
 
 

@@ -142,15 +142,14 @@ class RunCommand(Command):
 
     def run(self, args):
         from twin.api import load_scenario, run
-        from twin.outputs import check_output, confine
+        from twin.outputs import check_output, check_trace_path
 
         scen = load_scenario(args.scenario, _overrides(args))
         if scen.trace.enabled:  # every output path is checked before simulating
             if args.output is not None:
                 check_output(args.output, "-o", "trace", args.force)
             else:
-                confine(scen.trace_path, "trace.path")
-                check_output(scen.trace_path, "trace.path", "trace", args.force)
+                check_trace_path(scen.trace_path, args.force)
         if args.plot:
             check_output(args.plot, "--plot", "png", args.force)
         if args.report_html:
@@ -234,11 +233,10 @@ def check_file(path: str, overrides: list[str]) -> str:
         raw = require_mapping(raw, "scenario", "name, seed, cluster, workload, ...", path)
         scen = load_scenario(raw, overrides, source=str(Path(path)))  # read once
         if scen.trace.enabled:  # what `twin run` would refuse before simulating
-            from twin.outputs import check_output, confine
+            from twin.outputs import check_trace_path
 
-            confine(scen.trace_path, "trace.path")
             # force: an existing foreign file is `twin run --force`'s decision, not the file's
-            check_output(scen.trace_path, "trace.path", "trace", force=True)
+            check_trace_path(scen.trace_path, force=True)
         return f"scenario {scen.name}"
     if overrides:
         raise ScenarioError([Problem("--set", f"overrides apply to scenario files, not to a "

@@ -141,6 +141,13 @@ def _check_folder(folder: Path, key: str, text: str) -> None:
                        "a writable folder") from None
 
 
+def check_trace_path(path: str | Path, force: bool = False) -> Path:
+    """A scenario's ``trace.path``: inside the working directory (:func:`confine`) and
+    writable (:func:`check_output`); what ``twin run`` and ``twin check`` refuse alike."""
+    confine(path, "trace.path")
+    return check_output(path, "trace.path", "trace", force)
+
+
 def confine(path: str | Path, key: str, root: Path | None = None) -> Path:
     """``path`` (from a scenario or input file) if it stays inside ``root`` (default: the
     working directory) once resolved; a ScenarioError naming ``key`` otherwise."""
