@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.queueing import ServiceDistribution, service_from_spec
 from twin.kernel.schema import PositiveFloat, StrictModel
+
+if TYPE_CHECKING:  # the queue engine (NumPy) is imported when a distribution is built
+    from twin.kernel.queueing import ServiceDistribution
 
 Bound = Literal["bandwidth", "latency", "auto"]
 #: A contention level: ``(network DMA streams, host-to-device copy streams)`` beside the op.
@@ -104,6 +106,8 @@ class ServiceSpec(StrictModel):
 
     def distribution(self, mean_s: float, path: str = "memory.service") -> ServiceDistribution:
         """The distribution with mean ``mean_s`` (s)."""
+        from twin.kernel.queueing import service_from_spec
+
         return service_from_spec({"name": self.dist, "mean": mean_s, **self.params()}, path)
 
 

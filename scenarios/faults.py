@@ -41,7 +41,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-import numpy as np
 from pydantic import (
     Field,
     ValidationError,
@@ -53,10 +52,11 @@ from pydantic import (
 
 from twin.kernel.catalog import Catalog
 from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.queueing.distributions import MAX_COV
+from twin.kernel.queueing.bounds import MAX_COV
 from twin.kernel.schema import MAX_DIE_C, NonNegativeFloat, PositiveFloat, StrictModel
 
 if TYPE_CHECKING:
+    import numpy as np
     import simpy
 
     from devices.fabric import Fabric
@@ -573,6 +573,8 @@ class FaultInjector:
         self._mem: dict[int, list[tuple]] = defaultdict(list)
         self._heat: dict[int, list[float]] = defaultdict(list)
         self._ambient0 = [getattr(a, "ambient_c", None) for a in executor.accelerators]
+        import numpy as np
+
         n_dev = fabric.topo.n_devices
         cls_of = np.full(n_dev, -1, dtype=np.int64)
         cls_of[layout.device] = layout.rank_class

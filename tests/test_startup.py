@@ -47,7 +47,43 @@ def test_help_imports_no_numerics():
 def test_check_imports_no_simulator_or_many_runs_libraries():
     code, mods = _modules_after(["check", str(ROOT / "scenarios/quickstart.yaml")], ROOT)
     assert code == 0
-    assert not mods & {*HEAVY, "h5py", "networkx"}, mods & {*HEAVY, "h5py", "networkx"}
+    unused = {*HEAVY, "h5py", "networkx", "numpy"}  # reading a scenario builds no array
+    assert not mods & unused, mods & unused
+
+
+def test_check_of_a_memory_model_still_checks_its_distribution(tmp_path):
+    """The service distribution's parameters are checked by building it (NumPy is imported
+    then): a lognormal cov beyond its bound is refused by ``twin check``."""
+    text = (ROOT / "scenarios/quickstart.yaml").read_text()
+    bad = tmp_path / "s.yaml"
+    bad.write_text(text + "memory: {model: queue, service: {dist: lognormal, cov: 5000}}\n")
+    out = subprocess.run([sys.executable, "-m", "twin.cli", "check", str(bad)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "memory.service" in out.stdout + out.stderr
+
+
+def test_queueing_package_resolves_every_public_name_on_first_use():
+    """``twin.kernel.queueing`` imports its submodules lazily (PEP 562): each name of
+    ``__all__`` resolves to the object its submodule defines."""
+    code = (
+        "import importlib, sys, json\n"
+        "import twin.kernel.queueing as q\n"
+        "before = 'numpy' in sys.modules\n"
+        "homes = {n: getattr(q, n).__module__ for n in q.__all__}\n"
+        "print(json.dumps({'before': before, 'homes': homes, 'mapped': sorted(q._HOME),\n"
+        "                  'dir': set(q.__all__) <= set(dir(q))}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, check=True)
+    res = json.loads(out.stdout)
+    assert res["before"] is False and res["dir"] is True
+    assert res["mapped"] == sorted(res["homes"])  # every mapped name is public, and back
+    assert all(m.startswith("twin.kernel.queueing.") for m in res["homes"].values())
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        import twin.kernel.queueing as q
+
+        q.nonsense  # noqa: B018
 
 
 def test_run_with_trace_imports_what_the_scenario_uses(tmp_path):

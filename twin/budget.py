@@ -202,7 +202,7 @@ def hbm_requests(scen: Scenario) -> float:
     """Requests of the largest HBM batch the contention model simulates (0 for roofline):
     ``n`` op requests plus ``max_streams`` DMA streams lasting as long as the op's arrivals,
     each ``n x dma_load / op_load`` requests (``devices.memory``)."""
-    from devices.memory import dma_rate_bytes_per_s
+    from devices.memory_spec import dma_rate_bytes_per_s
 
     mem, dev = scen.memory, scen.cluster.device
     if mem.model == "roofline":
@@ -372,7 +372,7 @@ def _never_finishes(scen: Scenario, e: Estimate) -> Problem:
 
 def _dma_problem(scen: Scenario) -> Problem | None:
     """A DMA stream too slow for the HBM batches to simulate (``MIN_DMA_BYTES_PER_S``)."""
-    from devices.memory import dma_rate_bytes_per_s
+    from devices.memory_spec import dma_rate_bytes_per_s
 
     mem, cl = scen.memory, scen.cluster
     if mem.model == "roofline":

@@ -55,15 +55,17 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import simpy
 from pydantic import Field
 
 from devices.host import BandwidthServer, HostSpec, WorkerPool
 from twin.kernel.errors import Problem
 from twin.kernel.schema import NonNegativeFloat, PositiveFloat, StrictModel
+
+if TYPE_CHECKING:  # NumPy is imported where arrays are built: the schema is read without it
+    import numpy as np
 
 #: Columns of the trace table ``data`` (one row per load of one rank's microbatch).
 DATA_COLUMNS = {"node": "int32", "nodes": "int32", "cls": "int32", "rank": "int32",
@@ -371,6 +373,8 @@ class DataPath:
     # ----------------------------------------------------------------- results
     def table(self) -> dict[str, np.ndarray]:
         """Columns of the trace table ``data`` (empty unless ``record``)."""
+        import numpy as np
+
         rows = self.rows or []
         cols = list(DATA_COLUMNS)
         if not rows:
@@ -430,6 +434,8 @@ def build_data_path(env: simpy.Environment, spec: DataSpec, layout, topology_kin
             :class:`DataPath`), e.g. a ``devices.pcie.CopyPort``.
         on_copied: called after every copy (see :class:`DataPath`), or None.
     """
+    import numpy as np
+
     host = spec.host
     assert host is not None, "validated: the host is given when enabled"
     g = spec.node_gpus(topology_kind, shape)

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import simpy
 from pydantic import Field
 
@@ -243,6 +242,8 @@ def window_overlap(segments, windows: list[tuple[float, float]]) -> float:
         segments: ``(t0, t1, watts)`` rows (array or list).
         windows: ``(a, b)`` intervals, s.
     """
+    import numpy as np  # here: the scenario schema imports this module without NumPy
+
     seg = np.asarray(segments, dtype=float).reshape(-1, 3)
     if not len(seg) or not windows:
         return 0.0

@@ -48,56 +48,122 @@ as the sample mean of that finite run with ``converged=False`` and a warning, ne
 
 from __future__ import annotations
 
-from twin.kernel.queueing.arrivals import (
-    ArrivalProcess,
-    DeterministicArrivals,
-    MergedArrivals,
-    MMPP2Arrivals,
-    PoissonArrivals,
-    arrival_from_spec,
-    arrival_process,
-    superpose,
-)
-from twin.kernel.queueing.distributions import (
-    Deterministic,
-    Empirical,
-    Erlang,
-    Exponential,
-    HyperExponential2,
-    Lognormal,
-    Pareto,
-    ServiceDistribution,
-    service_distribution,
-    service_from_spec,
-)
-from twin.kernel.queueing.engine import (
-    FifoResult,
-    fifo_departures,
-    fifo_queue,
-    fifo_waits,
-    lindley_reference,
-    max_relative_difference,
-)
-from twin.kernel.queueing.statistics import (
-    BatchMeans,
-    ConvergenceCheck,
-    HillEstimate,
-    QueueAnalysis,
-    analyze_queue,
-    batch_means,
-    default_hill_k,
-    hill_estimate,
-    running_mean_check,
-)
-from twin.kernel.queueing.theory import (
-    LittlesLaw,
-    littles_law,
-    md1_mean_wait,
-    mg1_mean_wait,
-    mm1_mean_wait,
-    time_average_number,
-    utilization,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Where each public name lives. The submodules import NumPy, so they are imported on first
+#: use of a name (PEP 562): the scenario schema reads this package's bounds without NumPy.
+_HOME = {
+    "analyze_queue": "statistics",
+    "arrival_from_spec": "arrivals",
+    "arrival_process": "arrivals",
+    "ArrivalProcess": "arrivals",
+    "batch_means": "statistics",
+    "BatchMeans": "statistics",
+    "ConvergenceCheck": "statistics",
+    "default_hill_k": "statistics",
+    "Deterministic": "distributions",
+    "DeterministicArrivals": "arrivals",
+    "Empirical": "distributions",
+    "Erlang": "distributions",
+    "Exponential": "distributions",
+    "fifo_departures": "engine",
+    "fifo_queue": "engine",
+    "fifo_waits": "engine",
+    "FifoResult": "engine",
+    "hill_estimate": "statistics",
+    "HillEstimate": "statistics",
+    "HyperExponential2": "distributions",
+    "lindley_reference": "engine",
+    "littles_law": "theory",
+    "LittlesLaw": "theory",
+    "Lognormal": "distributions",
+    "max_relative_difference": "engine",
+    "md1_mean_wait": "theory",
+    "MergedArrivals": "arrivals",
+    "mg1_mean_wait": "theory",
+    "mm1_mean_wait": "theory",
+    "MMPP2Arrivals": "arrivals",
+    "Pareto": "distributions",
+    "PoissonArrivals": "arrivals",
+    "QueueAnalysis": "statistics",
+    "running_mean_check": "statistics",
+    "service_distribution": "distributions",
+    "service_from_spec": "distributions",
+    "ServiceDistribution": "distributions",
+    "superpose": "arrivals",
+    "time_average_number": "theory",
+    "utilization": "theory",
+}
+
+if TYPE_CHECKING:
+
+    from twin.kernel.queueing.arrivals import (
+        ArrivalProcess,
+        DeterministicArrivals,
+        MergedArrivals,
+        MMPP2Arrivals,
+        PoissonArrivals,
+        arrival_from_spec,
+        arrival_process,
+        superpose,
+    )
+    from twin.kernel.queueing.distributions import (
+        Deterministic,
+        Empirical,
+        Erlang,
+        Exponential,
+        HyperExponential2,
+        Lognormal,
+        Pareto,
+        ServiceDistribution,
+        service_distribution,
+        service_from_spec,
+    )
+    from twin.kernel.queueing.engine import (
+        FifoResult,
+        fifo_departures,
+        fifo_queue,
+        fifo_waits,
+        lindley_reference,
+        max_relative_difference,
+    )
+    from twin.kernel.queueing.statistics import (
+        BatchMeans,
+        ConvergenceCheck,
+        HillEstimate,
+        QueueAnalysis,
+        analyze_queue,
+        batch_means,
+        default_hill_k,
+        hill_estimate,
+        running_mean_check,
+    )
+    from twin.kernel.queueing.theory import (
+        LittlesLaw,
+        littles_law,
+        md1_mean_wait,
+        mg1_mean_wait,
+        mm1_mean_wait,
+        time_average_number,
+        utilization,
+    )
+
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first use."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "ArrivalProcess",
