@@ -171,6 +171,22 @@ def test_a_slower_protocol_adds_the_largest_flows_bandwidth_term():
     assert ph.base_latency_s == pytest.approx(BASE["LL"] * 1e-6 + slow, rel=1e-9)
 
 
+def test_a_link_slower_than_one_byte_per_second_is_still_tuned():
+    """Only a phase with no finite, positive bus bandwidth (no route, failed links) is left
+    untuned: a valid but absurdly slow link (0.2 GB/s x 1e-9, under one byte per second) is
+    tuned like any other (the step latency NCCL's protocol gives, not the untuned None)."""
+    link = "nvlink4-switch"
+    values = dict(catalog("links").get(link).values, bandwidth_gbps=2e-10)
+    spec = LinkSpec.model_validate(values)
+    topo = build_topology("switched", (4, 1), link, 1)
+    fab = Fabric(Engine(), topo, Router(topo), {link: spec})
+    src, dst = np.arange(4), (np.arange(4) + 1) % 4
+    bus = fab.profile(Phase(src, dst, np.full(4, 1e3), 3))[0]
+    assert 0.0 < bus < 1.0
+    (ph,) = nccl.tune_phases("allgather", [Phase(src, dst, np.full(4, 1e3), 3)], 4e3, 4, fab)
+    assert ph.step_latency_s is not None and ph.step_latency_s > 0.0
+
+
 def _two_nodes():
     link = "nvlink4-switch"
     per_gpu = int(catalog("links").get(link).values["links_per_gpu"])
@@ -203,6 +219,20 @@ def test_a_two_level_collective_is_tuned_on_its_slowest_ring():
         slow = float(np.max(ph.nbytes)) * ph.steps / bus * (4.0 - 1.0)
         base = BASE["LL"] * 1e-6 if i == 0 else 0.0
         assert new.base_latency_s == pytest.approx(base + slow, rel=1e-12)
+
+
+def test_one_network_step_makes_a_collective_multi_node():
+    """A hierarchical all-gather over 2 nodes x 8 GPUs crosses the network in a single step
+    (one exchange between the two nodes' rings), then 7 NVLink steps: one network step is
+    enough to make it a multi-node collective, so with LL (a small message) its NVLink steps
+    pay LL's multi-node factor 1.8 and its network step LL's network latency."""
+    topo, fab = _two_nodes()
+    phases = collectives.collective_phases("allgather", "hierarchical",
+                                           np.arange(16)[None, :], 4096.0, topo)
+    assert [(ph.steps, fab.profile(ph)[1]) for ph in phases] == [(1, True), (7, False)]
+    net, nvl = nccl.tune_phases("allgather", phases, 4096.0, 16, fab)
+    assert net.step_latency_s == pytest.approx(HW_NET["LL"] * 1e-6, rel=1e-12)
+    assert nvl.step_latency_s == pytest.approx(HW_NVLINK["LL"] * 1.8 * 1e-6, rel=1e-12)
 
 
 def test_phases_without_a_route_are_left_as_they_are():
