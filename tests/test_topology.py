@@ -21,7 +21,7 @@ from topologies.placement import (
     ring_order,
     snake_cycle,
 )
-from topologies.routing import NoRoute, Router
+from topologies.routing import NEIGHBOUR_PROBES, NoRoute, Router, nearest_pair
 from workloads.parallel import Layout
 
 
@@ -506,3 +506,68 @@ def test_topology_fields_are_validated_with_field_names(cluster, path, words):
     hits = [p for p in exc.value.problems if p.path == path]
     assert hits, [str(p) for p in exc.value.problems]
     assert words in str(hits[0])
+
+
+@pytest.mark.parametrize(("kind", "shape"), [("mesh2d", (5, 4)), ("torus2d", (6, 6)),
+                                              ("ring", (7,))])
+def test_nearest_pair_searches_one_layer_past_the_first_accepted_route(kind, shape):
+    """Routes from device 0 on a grid are shortest, so a route's hop count is the breadth-first
+    depth of its end. Accepting every route, the least hop count is 1 (a neighbour); the
+    largest cost it sees, with cost = -hops, is -2: the search goes one layer past the first
+    accepted one (depth 2) and no further. Accepting only routes of 3+ hops, the least is 3."""
+    topo = build_topology(kind, shape, "nvlink4", 1)
+    router = Router(topo)
+    assert nearest_pair(topo, router, lambda r: True, len) == 1
+    assert nearest_pair(topo, router, lambda r: True, lambda r: -len(r)) == -2
+    assert nearest_pair(topo, router, lambda r: len(r) >= 3, len) == 3
+    assert nearest_pair(topo, router, lambda r: False, len) is None
+
+
+def test_nearest_pair_routes_only_to_other_devices():
+    """On a switched fabric the graph's nodes past the devices are switches: a route from
+    device 0 to its own NVSwitch (1 hop) is not a pair of devices; the nearest pair is two
+    GPUs of one node, 2 hops through the switch."""
+    topo = build_topology("switched", (8, 2), "nvlink4-switch", 18, nic_link="ib-ndr400-port")
+    assert topo.graph.number_of_nodes() > topo.n_devices  # switches are in the graph
+    assert nearest_pair(topo, Router(topo), lambda r: True, len) == 2
+
+
+def test_nearest_pair_computes_at_most_its_probe_bound_of_routes():
+    """A kind no route has, on a 48 x 48 torus (2,303 other devices): the search gives up
+    after NEIGHBOUR_PROBES routes, each asked of ``keep`` once."""
+    topo = build_topology("torus2d", (48, 48), "nvlink4", 1)
+    asked = []
+    assert nearest_pair(topo, Router(topo), lambda r: asked.append(r) or False, len) is None
+    assert len(asked) == NEIGHBOUR_PROBES
+
+
+def test_a_failed_spine_link_moves_flows_to_dst_mod_k_over_the_healthy_spines():
+    """With one of the source leaf's 8 up-links down, destination node ``kd`` takes spine
+    ``healthy[kd mod 7]`` (d-mod-k over the spines healthy on both sides), not a shortest
+    path that happens to avoid the failure."""
+    t = build_topology("switched", (2, 16), "nvs", 18, nic_link="ib", nodes_per_leaf=8)
+    ft = t.fat_tree
+    r = Router(t)
+    leaf = ft.device_leaf(0)
+    r.fail_edge(leaf, ft.spines[0])
+    healthy = list(ft.spines[1:])
+    for k in range(8):
+        dst_node = k + 8
+        assert r.nodes(0, 2 * dst_node)[2] == healthy[dst_node % 7]
+
+
+def test_a_detour_through_switches_is_preferred_to_relaying_through_a_gpu():
+    """Up-links failed so that the two leaves of rail 1 share no healthy spine: GPU 3 (node 1)
+    to GPU 7 (node 3) has two 6-hop detours, one through a third leaf and the other spine, one
+    through another GPU's NIC and its node's NVSwitch. The route takes the switches only."""
+    t = build_topology("switched", (2, 4), "nvs", 18, nic_link="ib", nodes_per_leaf=1,
+                       oversubscription=0.5)
+    ft = t.fat_tree
+    r = Router(t)
+    a, b = ft.spines
+    src_leaf, dst_leaf = ft.device_leaf(3), ft.device_leaf(7)
+    for u, v in ((dst_leaf, b), (src_leaf, a), (ft.leaf(0, 3), a), (ft.leaf(1, 2), a)):
+        r.fail_edge(u, v)
+    path = r.nodes(3, 7)
+    assert len(path) == 7
+    assert all(v >= t.n_devices for v in path[1:-1]), path
