@@ -185,7 +185,7 @@ class MemorySpec(StrictModel):
         if self.model == "queue":
             out.extend(self.service.problems(f"{prefix}.service"))
         if self.model != "roofline":
-            from devices.hbm import hbm_catalog
+            from devices.hbm.spec import hbm_catalog
 
             cat = hbm_catalog()
             if device.hbm_type not in cat:

@@ -5,6 +5,7 @@ Each case runs a command in a fresh interpreter and inspects ``sys.modules`` aft
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -63,27 +64,38 @@ def test_check_of_a_memory_model_still_checks_its_distribution(tmp_path):
     assert "memory.service" in out.stdout + out.stderr
 
 
-def test_queueing_package_resolves_every_public_name_on_first_use():
-    """``twin.kernel.queueing`` imports its submodules lazily (PEP 562): each name of
-    ``__all__`` resolves to the object its submodule defines."""
+def test_check_of_an_hbm_controller_scenario_imports_no_engine_or_tables():
+    """The HBM part is looked up in the catalog without the FR-FCFS engine (Numba) or the
+    results' tables (pandas)."""
+    code, mods = _modules_after(["check", str(ROOT / "scenarios/hbm_frfcfs.yaml")], ROOT)
+    assert code == 0
+    unused = {*HEAVY, "numba", "h5py", "networkx"}
+    assert not mods & unused, mods & unused
+
+
+@pytest.mark.parametrize("package", ["twin.kernel.queueing", "devices.hbm"])
+def test_lazy_package_resolves_every_public_name_on_first_use(package):
+    """The queue engine's and the HBM controller's packages import their submodules lazily
+    (``twin.kernel.lazy``, PEP 562): importing the package imports no submodule, and each name
+    of ``__all__`` resolves to the object defined in the submodule it is mapped to."""
     code = (
         "import importlib, sys, json\n"
-        "import twin.kernel.queueing as q\n"
-        "before = 'numpy' in sys.modules\n"
-        "homes = {n: getattr(q, n).__module__ for n in q.__all__}\n"
-        "print(json.dumps({'before': before, 'homes': homes, 'mapped': sorted(q._HOME),\n"
-        "                  'dir': set(q.__all__) <= set(dir(q))}))\n"
+        f"p = importlib.import_module({package!r})\n"
+        f"before = sorted(m for m in sys.modules if m.startswith({package!r} + '.'))\n"
+        "homes = {n: getattr(p, n).__module__ for n in p.__all__ if n.upper() != n}\n"
+        "print(json.dumps({'before': before, 'homes': homes, 'mapped': p._HOME,\n"
+        "                  'all': sorted(p.__all__), 'dir': set(p.__all__) <= set(dir(p))}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, check=True)
     res = json.loads(out.stdout)
-    assert res["before"] is False and res["dir"] is True
-    assert res["mapped"] == sorted(res["homes"])  # every mapped name is public, and back
-    assert all(m.startswith("twin.kernel.queueing.") for m in res["homes"].values())
+    assert res["before"] == [] and res["dir"] is True
+    assert sorted(res["mapped"]) == res["all"]  # every mapped name is public, and back
+    for name, module in res["homes"].items():  # classes and functions know their module
+        assert module == f"{package}.{res['mapped'][name]}", name
+    pkg = importlib.import_module(package)
     with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
-        import twin.kernel.queueing as q
-
-        q.nonsense  # noqa: B018
+        pkg.nonsense  # noqa: B018
 
 
 def test_run_with_trace_imports_what_the_scenario_uses(tmp_path):

@@ -94,12 +94,41 @@ the tests require identical completion times and kinds from both.
 
 from __future__ import annotations
 
-from devices.hbm.contention import EffectiveBandwidth, HbmContention, effective_bandwidth
-from devices.hbm.engine import simulate
-from devices.hbm.reference import simulate_reference
-from devices.hbm.requests import HbmRequests, StreamSpec, generate_requests
-from devices.hbm.result import CONFLICT, HIT, MISS, HbmResult
-from devices.hbm.spec import CATALOG_DIR, HbmSpec, hbm_catalog, load_hbm_spec, spec_from_entry
+from typing import TYPE_CHECKING
+
+from twin.kernel.lazy import lazy_exports
+
+#: Where each public name lives. The engine (Numba) and the results (pandas) are imported on
+#: first use: the scenario schema reads the HBM catalog without them.
+_HOME = {
+    "CATALOG_DIR": "spec",
+    "CONFLICT": "result",
+    "effective_bandwidth": "contention",
+    "EffectiveBandwidth": "contention",
+    "generate_requests": "requests",
+    "hbm_catalog": "spec",
+    "HbmContention": "contention",
+    "HbmRequests": "requests",
+    "HbmResult": "result",
+    "HbmSpec": "spec",
+    "HIT": "result",
+    "load_hbm_spec": "spec",
+    "MISS": "result",
+    "simulate": "engine",
+    "simulate_reference": "reference",
+    "spec_from_entry": "spec",
+    "StreamSpec": "requests",
+}
+
+if TYPE_CHECKING:
+    from devices.hbm.contention import EffectiveBandwidth, HbmContention, effective_bandwidth
+    from devices.hbm.engine import simulate
+    from devices.hbm.reference import simulate_reference
+    from devices.hbm.requests import HbmRequests, StreamSpec, generate_requests
+    from devices.hbm.result import CONFLICT, HIT, MISS, HbmResult
+    from devices.hbm.spec import CATALOG_DIR, HbmSpec, hbm_catalog, load_hbm_spec, spec_from_entry
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "CATALOG_DIR",

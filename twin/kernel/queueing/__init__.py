@@ -48,8 +48,9 @@ as the sample mean of that finite run with ``converged=False`` and a warning, ne
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from twin.kernel.lazy import lazy_exports
 
 #: Where each public name lives. The submodules import NumPy, so they are imported on first
 #: use of a name (PEP 562): the scenario schema reads this package's bounds without NumPy.
@@ -97,7 +98,6 @@ _HOME = {
 }
 
 if TYPE_CHECKING:
-
     from twin.kernel.queueing.arrivals import (
         ArrivalProcess,
         DeterministicArrivals,
@@ -151,19 +151,7 @@ if TYPE_CHECKING:
 
 
 
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines ``name`` on first use."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "ArrivalProcess",
