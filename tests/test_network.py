@@ -307,3 +307,25 @@ def test_a_failed_link_is_down_and_interrupts_its_packets_until_restored():
     env.process(packet())
     env.run()
     assert seen[1] == "sent" and link.bytes == 1e6
+
+
+@pytest.mark.parametrize("model", ["flow", "packet"])
+def test_a_phase_that_waits_for_a_repair_reports_its_longest_route(model):
+    """On a 4-ring, device 0 is cut off (both its edges down) when a phase 0 -> 2, 1 -> 2
+    starts, so the phase waits for routes; edge 0-1 comes back at 1 ms and the phase runs on
+    the routes then: 0 -> 1 -> 2 (2 hops) and 1 -> 2 (1 hop). Its message row reports the
+    longer, 2, in both network models."""
+    env, _topo, fab = make_fabric(kind="ring", shape=(4,), model=model)
+    rows = []
+    fab.record = rows.append
+    fab.fail_edge(0, 1)
+    fab.fail_edge(0, 3)
+
+    def repair():
+        yield env.timeout(1e-3)
+        fab.restore_edge(0, 1)
+    env.process(repair())
+    t = run_phases(env, fab, [Phase(np.array([0, 1]), np.array([2, 2]), np.array([1e6, 1e6]))])
+    assert t > 1e-3
+    assert fab.router.hops(0, 2) == 2 and fab.router.hops(1, 2) == 1
+    assert len(rows) == 1 and rows[0].max_hops == 2 and rows[0].n_pairs == 2
