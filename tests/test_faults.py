@@ -179,6 +179,35 @@ def test_time_distributions_have_their_mean(spec):
     assert abs(x.mean() - d.mean) < 5 * x.std() / math.sqrt(len(x))
 
 
+@pytest.mark.parametrize("cov", [0.3, 1.5, 40.0])
+def test_lognormal_draws_are_the_normal_draws_of_its_sigma(cov):
+    """A lognormal of mean m and coefficient of variation c has sigma^2 = ln(1 + c^2) and mu =
+    ln m - sigma^2 / 2 (so that E = exp(mu + sigma^2 / 2) = m); NumPy draws it as
+    exp(mu + sigma z) from the generator's standard normals z, so the log of each draw is
+    that line through the same seed's normals."""
+    from scenarios.faults import Lognormal
+
+    d = Lognormal(dist="lognormal", mean_s=0.5, cov=cov)
+    s2 = math.log(1.0 + cov**2)
+    z = np.random.default_rng(7).standard_normal(50)
+    rng = np.random.default_rng(7)
+    got = np.log([d.sample(rng) for _ in range(50)])
+    assert got == pytest.approx(math.log(0.5) - s2 / 2 + math.sqrt(s2) * z, rel=1e-12, abs=1e-12)
+
+
+def test_weibull_shape_bound_is_one_over_170():
+    """The least Weibull shape is 1/170 (Gamma(1 + 170) ~ 7e306 is still a float): a shape of
+    exactly 1/170 is accepted with a finite mean, a hair below is refused at ``shape``."""
+    from pydantic import ValidationError
+
+    from scenarios.faults import Weibull
+
+    w = Weibull(dist="weibull", shape=1.0 / 170.0, scale_s=1.0)
+    assert math.isfinite(w.mean) and w.mean == pytest.approx(math.factorial(170), rel=1e-9)
+    with pytest.raises(ValidationError, match="shape"):
+        Weibull(dist="weibull", shape=1.0 / 170.0 * (1 - 1e-9), scale_s=1.0)
+
+
 def test_readme_documents_every_fault_key():
     from scenarios.faults import DIST_TAGS, FAULT_TYPES, Exponential, Fixed, Lognormal, Weibull
 
@@ -562,6 +591,18 @@ def test_partitioned_device_waits_for_repair_or_ends_cleanly():
     # the phases that waited for a route move what they would have moved without the cut
     healthy = _run(_scen(workload__iterations=2)).summary
     assert s["bytes_sent"] == pytest.approx(healthy["bytes_sent"], rel=1e-12)
+
+
+def test_a_fixed_link_up_leaves_no_repair_pending():
+    """Link 5-6 goes down at 0 and up at 0.1 s (a fixed link_up: a repair pending until it
+    fires, none after); at 0.2 s corner 0 of the 4x2 torus loses its three links for good. No
+    repair is coming, so the run ends there as not completed (two iterations done), instead
+    of waiting for one that the link_up already made."""
+    other = [{"kind": "link_down", "link": [5, 6], "time_s": 0.0},
+             {"kind": "link_up", "link": [5, 6], "time_s": 0.1}]
+    cut = [{"kind": "link_down", "link": [0, v], "time_s": 0.2} for v in (1, 3, 4)]
+    s = _run(_scen(faults=[*other, *cut], workload__iterations=3)).summary
+    assert not s["completed"] and s["iterations_completed"] == 2
 
 
 def test_nic_failure_reroutes_through_the_nvswitch():
