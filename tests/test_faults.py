@@ -605,6 +605,17 @@ def test_a_fixed_link_up_leaves_no_repair_pending():
     assert not s["completed"] and s["iterations_completed"] == 2
 
 
+def test_a_link_down_at_one_second_happens_at_one_second():
+    """Only a ``link_down`` at time 0 is applied before the run starts; one at 1 s leaves the
+    first 12 iterations (0.083 s each) as fast as the healthy run's and slows the rest."""
+    healthy = _run(_scen(workload__iterations=16)).iteration_times_s
+    down = _run(_scen(faults=[{"kind": "link_down", "link": [0, 1], "time_s": 1.0}],
+                      workload__iterations=16)).iteration_times_s
+    assert sum(healthy[:12]) < 1.0 < sum(healthy[:13])
+    assert down[:12] == pytest.approx(healthy[:12], rel=1e-12)
+    assert all(d > h * (1 + 1e-4) for d, h in zip(down[13:], healthy[13:], strict=True))
+
+
 def test_nic_failure_reroutes_through_the_nvswitch():
     """switched 2 nodes x 4 GPUs, one NIC per GPU: GPU 0's NIC edge fails; its traffic to the
     other node goes GPU 0 -> NVSwitch -> another GPU's NIC, never over the failed edge."""
