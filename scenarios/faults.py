@@ -498,7 +498,7 @@ def nic_edges(topo: Topology, device: int) -> list[tuple[int, int]]:
     return [_edge(end, leaf)] if topo.graph.has_edge(end, leaf) else []
 
 
-def check_faults(faults: list, topo: Topology, thermal: bool = True) -> list[Problem]:
+def check_faults(faults: list, topo: Topology, thermal: bool) -> list[Problem]:
     """Problems of the fault list against the topology (and whether the thermal model that
     a cooling failure acts on is on), each with its field path."""
     problems: list[Problem] = []
