@@ -743,6 +743,86 @@ def test_hbm_tail_draws_have_the_pareto_tail():
     assert h.ci_low <= 1.5 <= h.ci_high and h.variance_verdict == "infinite"
 
 
+def test_a_blocks_memory_multiplier_is_the_product_of_its_effects():
+    """Two HBM degradations on one class, factor 2 with a Pareto tail and factor 3 without:
+    each block's memory-time multiplier is 2 x (the tail's next draw) x 3, the draws those of
+    the fault's own stream."""
+    from types import SimpleNamespace
+
+    from scenarios.faults import FaultInjector, HbmDegradation
+
+    tail = HbmDegradation.model_validate({"kind": "hbm_degradation", "device": 0, "time_s": 0,
+                                          "factor": 2.0, "tail": {"name": "pareto",
+                                                                  "alpha": 1.5, "mean": 3.0}})
+    acc = SimpleNamespace(slowdown=1.0, mem_scale=1.0)
+    inj = FaultInjector.__new__(FaultInjector)
+    inj.executor = SimpleNamespace(accelerators=[acc])
+    inj._mem = {0: [(2.0, tail.tail_distribution(), np.random.default_rng(5)), (3.0, None, None)]}
+    expect = tail.tail_distribution().sample(np.random.default_rng(5), 4)
+    got = []
+    for _ in range(4):
+        inj.before_block(0)
+        got.append(acc.mem_scale)
+    assert got == pytest.approx(2.0 * 3.0 * expect, rel=1e-12)
+
+
+def test_device_faults_name_the_rank_classes_of_their_targets():
+    """A straggler on devices 0 and 2 and a cooling failure on device 3, with device 0 in
+    rank class 0, device 1 unused (-1), devices 2 and 3 in class 2: classes 0 and 2."""
+    from types import SimpleNamespace
+
+    from pydantic import TypeAdapter
+
+    from scenarios.faults import FaultInjector, FaultSpec
+
+    faults = TypeAdapter(list[FaultSpec]).validate_python([
+        {"kind": "straggler", "devices": [0, 2], "factor": 2.0, "time_s": 0.0},
+        {"kind": "cooling_failure", "device": 3, "rise_k": 5.0, "time_s": 0.0},
+        {"kind": "link_down", "link": [0, 1], "time_s": 0.0}])
+    inj = FaultInjector.__new__(FaultInjector)
+    inj.faults = faults
+    inj.fabric = SimpleNamespace(topo=SimpleNamespace(n_devices=4))
+    inj._cls_of = np.array([0, -1, 2, 2])
+    assert inj.device_classes() == {0, 2}
+
+
+@pytest.mark.parametrize("shape", ["abc", -1, 0])
+def test_a_catalog_weibull_with_a_bad_shape_is_one_problem_at_shape(shape):
+    """A Weibull whose scale comes from the catalog needs a shape > 0 to turn the entry's mean
+    into a scale: a text or a number <= 0 is reported at the fault's ``ttf``, saying the
+    shape must be a number > 0 (not a comparison error, not the 1/170 bound)."""
+    d = _scen(faults=[{"kind": "accelerator_failure", "device": 0,
+                       "ttf": {"dist": "weibull", "shape": shape, "catalog": "llama3-gpu"}}])
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(d)
+    text = str(exc.value)
+    assert "faults.0.ttf" in text and "shape must be a number > 0" in text, text
+
+
+def test_an_hbm_tail_beside_a_bad_factor_is_not_reported_twice():
+    """A factor out of range is reported at ``factor``; the tail's bound (factor x tail mean
+    <= 1e3) is then checked with the default factor 1, so a tail of mean 600 adds nothing."""
+    d = _scen(faults=[{"kind": "hbm_degradation", "device": 0, "time_s": 0.0, "factor": 5e3,
+                       "tail": {"name": "exponential", "mean": 600.0}}])
+    paths = _paths(d)
+    assert paths == ["faults.0.factor"], paths
+
+
+def test_an_hbm_degradation_without_a_factor_has_the_readmes_default():
+    """The README's key table gives ``faults[].factor``'s default per kind (straggler: required;
+    hbm_degradation: a number): a degradation given only a tail has that factor."""
+    import re
+
+    from scenarios.faults import HbmDegradation
+
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines()
+               if line.startswith("| `faults[].factor` |"))
+    documented = float(re.search(r"`hbm_degradation`: `([0-9.e+-]+)`", row).group(1))
+    f = HbmDegradation.model_validate({"kind": "hbm_degradation", "device": 0, "time_s": 0,
+                                       "tail": {"name": "exponential", "mean": 2.0}})
+    assert f.factor == documented == 1.0
+
+
 def test_hbm_tail_run_is_reproducible():
     fault = {"kind": "hbm_degradation", "device": 2, "time_s": 0.0,
              "tail": {"name": "pareto", "alpha": 1.5, "mean": 2.0}}
