@@ -423,3 +423,33 @@ def test_a_map_whose_base_is_missing_names_its_configuration(tmp_path):
         load_map(spec)
     (p,) = exc.value.problems
     assert p.path == "configurations.a.base" and "not found" in p.message
+
+
+@pytest.mark.parametrize(("bw", "lat"), [(False, False), (False, True), (True, False),
+                                         (True, True)])
+def test_the_summarys_memory_flags_join_the_bandwidth_and_latency_draws(monkeypatch, bw, lat):
+    """With ``memory.bound: auto`` the run's HBM flags cover both kinds of draws: unstable or
+    of infinite variance if either is, converged only if both are; the latency-bound draws'
+    warnings follow the bandwidth-bound ones', prefixed. Each draw's report is a stub here."""
+    from types import SimpleNamespace
+
+    import devices.interference
+    from twin.summary import _memory_keys
+
+    def report(flag: bool, name: str) -> dict:
+        return {"memory_model": "queue", "memory_bound": "auto", "memory_unstable": flag,
+                "memory_variance_infinite": flag, "memory_converged": not flag,
+                "memory_warnings": [f"{name} warning"] if flag else []}
+
+    monkeypatch.setattr(devices.interference, "streams_report", lambda agents: {})
+    memory = SimpleNamespace(report=lambda: report(bw, "bandwidth"))
+    latency = SimpleNamespace(report=lambda: report(lat, "latency"))
+    ex = SimpleNamespace(accelerators=[SimpleNamespace(memory=memory)],
+                         streams=[SimpleNamespace(latency=latency)])
+    out = _memory_keys(ex)
+    either = bw or lat
+    assert out["memory_unstable"] is either and out["memory_variance_infinite"] is either
+    assert out["memory_converged"] is (not either)
+    assert out["memory_warnings"] == (["bandwidth warning"] if bw else []) + (
+        ["latency-bound kernels: latency warning"] if lat else [])
+    assert out["memory_latency"]["unstable"] is lat
