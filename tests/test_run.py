@@ -370,3 +370,35 @@ def test_static_tables_place_ranks_and_rate_links(tiny, tmp_path):
     assert 0 < makespan < 1 and links["bytes"].max() > 0
     np.testing.assert_allclose(links["utilization"],
                                links["bytes"] / (links["capacity"] * makespan), rtol=1e-12)
+
+
+def test_max_link_utilization_is_the_busiest_links_bytes_over_its_capacity(tmp_path):
+    """The summary's ``max_link_utilization``: the most bytes any directed link carried over
+    what it could carry in the makespan (its capacity x makespan), from the trace's links
+    table. A DP ring on the 4x4 torus loads one direction of its links: between 0 and 1."""
+    from twin.cli import main
+
+    out = tmp_path / "q.h5"
+    assert main(["run", str(ROOT / "scenarios/quickstart.yaml"), "-o", str(out),
+                 "--set", "workload.iterations=1"]) == 0
+    links = read_table(out, "links")
+    summary = read_attrs(out)["summary"]
+    expect = float((links["bytes"] / (links["capacity"] * summary["makespan_s"])).max())
+    assert 0.0 < expect < 1.0
+    assert summary["max_link_utilization"] == pytest.approx(expect, rel=1e-12)
+
+
+def test_a_run_that_completes_no_iteration_reports_no_throughput(tiny):
+    """Corner 0 of the tiny 4x2 torus is cut off for good at time 0: the run stops without an
+    iteration, so no FLOP/s and no MFU are reported (not a rate over a partial iteration),
+    and a run without the replica quotient reports an orbit of 1."""
+    from tests.conftest import scenario_dict
+    from twin.scenario import load_scenario
+
+    d = scenario_dict()
+    d["faults"] = [{"kind": "link_down", "link": [0, v], "time_s": 0.0} for v in (1, 3, 4)]
+    s = run(load_scenario(d)).summary
+    assert not s["completed"] and s["iterations_completed"] == 0 and s["makespan_s"] > 0
+    assert s["iteration_time_s"] is None
+    assert s["tflops_per_device"] == 0.0 and s["mfu"] == 0.0
+    assert s["replica_orbit"] == 1 and "replica_quotient" not in s["shortcuts_used"]
