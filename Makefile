@@ -60,3 +60,4 @@ validate: $(STAMP) aot
 
 clean:
 	rm -rf $(VENV) runs *.egg-info .pytest_cache .ruff_cache devices/hbm/_kernels_aot*
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
