@@ -327,6 +327,27 @@ def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
     np.testing.assert_allclose(extra, [0, 0, lost + JOB["restart_s"], 0, 0, 0], atol=1e-9)
 
 
+def test_a_failure_while_an_overlapped_tp_block_waits_for_its_gather():
+    """Tensor parallelism 2 with sequence parallelism and chunked TP communication beside
+    compute, every collective a fabric transfer (exact mode): device 5 fails at 1.175 x the
+    checkpoint segment, while its agent waits for a chunk's all-gather between two compute
+    chunks. The agent is interrupted (it is not inside a block), the job restarts, and the
+    makespan grows by exactly the lost work and the restart time."""
+    cool = {"thermal": {"enabled": False}}
+    kw = dict(workload__parallelism={"dp": 4, "tp": 2, "pp": 1},
+              workload__sequence_parallel=True, overlap={"tp_comm": True}, power=cool,
+              simulation={"exact": True})
+    clean = _run(_scen(job=JOB, workload__iterations=3, **kw)).summary
+    t_it = _run(_scen(workload__iterations=1, **kw)).summary["iteration_time_s"]
+    seg = 2 * t_it + JOB["checkpoint_write_s"]
+    t_f = 1.175 * seg
+    s = _run(_scen(job=JOB, workload__iterations=3, **kw,
+                   faults=[{"kind": "accelerator_failure", "device": 5, "time_s": t_f}])).summary
+    assert s["completed"] and s["restarts"] == 1
+    assert s["makespan_s"] == pytest.approx(clean["makespan_s"] + (t_f - seg) + JOB["restart_s"],
+                                            rel=1e-9)
+
+
 def test_failure_during_restart_and_during_checkpoint_write():
     t_it = _run(_scen(workload__iterations=1)).summary["iteration_time_s"]
     seg = 2 * t_it + 0.01
