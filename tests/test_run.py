@@ -402,3 +402,40 @@ def test_a_run_that_completes_no_iteration_reports_no_throughput(tiny):
     assert s["iteration_time_s"] is None
     assert s["tflops_per_device"] == 0.0 and s["mfu"] == 0.0
     assert s["replica_orbit"] == 1 and "replica_quotient" not in s["shortcuts_used"]
+
+
+def test_compute_rows_name_their_microbatch(tiny):
+    """The tiny run: 16 sequences over dp 8 at micro batch 1 is 2 microbatches per rank;
+    with 1F1B on one stage each microbatch's forward then backward. Every compute row of an
+    iteration belongs to microbatch 0 or 1 (one model chunk, 0), the forward layers of each
+    microbatch in order, and both microbatches carry the same kernels; the optimizer step is
+    the iteration's, of no microbatch (-1)."""
+    res = run(tiny(workload__iterations=2))
+    ops = read_table(res.trace_path, "ops")
+    comp = ops[(ops.kind == "compute") & (ops.stream == "compute")]
+    for it in (0, 1):
+        rows = comp[comp.iteration == it]
+        assert set(rows[rows.mb < 0].name) == {"optimizer"}
+        rows = rows[rows.mb >= 0]
+        assert set(rows.mb) == {0, 1} and set(rows.chunk) == {0}
+        names = [rows[rows.mb == m].name.tolist() for m in (0, 1)]
+        assert names[0] == names[1]
+        for m in (0, 1):
+            fwd = rows[(rows.mb == m) & rows.name.str.endswith("_fwd") & (rows.layer >= 0)]
+            assert fwd.layer.is_monotonic_increasing and fwd.layer.iloc[0] == 0
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3])
+def test_an_iteration_waits_for_every_gradient_streams_all_reduce(tiny, streams):
+    """Gradient buckets all-reduce on ``overlap.dp_streams`` concurrent streams beside the
+    backward pass: an iteration ends (its optimizer step starts) only after the last bucket's
+    all-reduce on every stream has ended, whichever stream finishes first."""
+    res = run(tiny(workload__iterations=2, workload__grad_bucket_mb=5,
+                   overlap={"dp_streams": streams}))
+    ops = read_table(res.trace_path, "ops")
+    for it in (0, 1):
+        rows = ops[ops.iteration == it]
+        dp = rows[(rows.kind == "dp") & (rows.name == "allreduce")]
+        assert len(dp) > streams  # several buckets per stream
+        opt = rows[rows.name == "optimizer"]
+        assert opt.t_start.min() >= dp.t_end.max() - 1e-15
