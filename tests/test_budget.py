@@ -184,3 +184,54 @@ def test_bytes_estimate_against_the_run(topo, par):
     s = run(scen).summary
     sent = s["bytes_sent"] / s["devices"]
     assert 0.75 * sent <= est <= 2.0 * sent
+
+
+def test_a_trickling_dma_stream_is_refused_only_by_a_simulated_memory_model():
+    """A transfer's HBM traffic of 1e-7 GB/s (100 B/s): the FR-FCFS and queue models simulate
+    HBM batches over the DMA stream's arrival span and refuse it at ``memory.dma.rate_gbps``;
+    the roofline model simulates no batch and accepts it; 1e-3 GB/s is the least accepted."""
+    from twin.kernel.errors import ScenarioError
+
+    for model in ("frfcfs", "queue"):
+        d = scenario_dict(memory={"model": model, "dma": {"rate_gbps": 1e-7}})
+        with pytest.raises(ScenarioError) as exc:
+            load_scenario(d)
+        assert [p.path for p in exc.value.problems] == ["memory.dma.rate_gbps"]
+        load_scenario(scenario_dict(memory={"model": model, "dma": {"rate_gbps": 1e-3}}))
+    load_scenario(scenario_dict(memory={"model": "roofline", "dma": {"rate_gbps": 1e-7}}))
+
+
+def test_failures_faster_than_the_restart_make_the_job_unfinishable():
+    """Accelerator failures every 100 s per device on 8 devices stop the job every 12.5 s.
+    With a 1-hour restart an attempt (an iteration plus the restart) expects ~290 failures,
+    past the 30 an attempt may expect: the scenario is refused naming the fault's ``ttf``.
+    With a 1 s restart (about 0.1 failures per attempt) the same failures are accepted."""
+    from twin.kernel.errors import ScenarioError
+
+    fault = {"kind": "accelerator_failure", "devices": "all",
+             "ttf": {"dist": "exponential", "mean_s": 100.0}}
+    job = {"restart_s": 3600.0, "checkpoint_interval_iterations": 1}
+    d = scenario_dict(faults=[fault], job=job)
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(d)
+    assert any(p.path.startswith("faults.0") for p in exc.value.problems), exc.value.problems
+    load_scenario(scenario_dict(faults=[fault], job={**job, "restart_s": 1.0}))
+
+
+def test_the_estimates_tensor_parallel_bytes_are_the_runs():
+    """A tensor-parallel-only run (tp 8): the estimate's bytes per rank (4 ring all-reduces of
+    the activations per layer and microbatch, 2 (tp - 1) / tp of them each) equal the bytes
+    the simulated run sends per device, to rounding."""
+    from twin.budget import _bytes_per_rank
+    from workloads.feasibility import microbatches
+    from workloads.transformer import TransformerCosts
+
+    d = scenario_dict(workload__parallelism={"dp": 1, "tp": 8, "pp": 1})
+    d["trace"] = {"enabled": False}
+    scen = load_scenario(d)
+    w = scen.workload
+    tc = TransformerCosts(w.model, w.precision, w.micro_batch, w.seq, 8, w.sequence_parallel,
+                          w.recompute, w.attention)
+    est = _bytes_per_rank(scen, tc, microbatches(w), w.model.layers)
+    s = run(scen).summary
+    assert est == pytest.approx(s["bytes_sent"] / s["devices"], rel=1e-12)

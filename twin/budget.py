@@ -100,9 +100,9 @@ class Estimate:
     power_samples: float
     sim_time_s: float
     memory_bytes: float
-    hbm_requests: float = 0.0
-    iteration_s: float = 0.0
-    thermal_steps: float = 0.0
+    hbm_requests: float
+    iteration_s: float
+    thermal_steps: float
 
 
 def _links(kind: str, shape: tuple[int, ...], n: int) -> int:
