@@ -393,6 +393,22 @@ def test_jittered_sharded_runs_agree_with_exact_mode(strategy):
         assert fast[key] == pytest.approx(exact[key], rel=5e-3), key
 
 
+def test_warmup_microbatches_against_the_schedules_unit_order():
+    """Interleaved 1F1B, pp 1-8 stages, v 2-5 chunks: stage 0's warm-up is read off the
+    schedule itself (``workloads.schedules.unit_order`` with many microbatches: the forward
+    units before its first backward, less the first steady forward); the count is the
+    smallest multiple of ``pp`` whose ``m v`` units exceed it."""
+    from twin.aggregate import warmup_microbatches
+    from workloads.schedules import unit_order
+
+    for pp in range(1, 9):
+        for v in range(2, 6):
+            kinds = [u[0] for u in unit_order("interleaved", 0, pp, 20 * pp, v)]
+            warm = kinds.index("B") - 1
+            want = next(k * pp for k in range(1, 20) if k * pp * v > warm)
+            assert warmup_microbatches("interleaved", pp, v) == want, (pp, v)
+
+
 @pytest.mark.parametrize("schedule,pp,v,want", [
     ("gpipe", 3, 1, 3), ("1f1b", 4, 1, 4),
     ("1f1b", 4, 2, 4),          # chunks only matter to the interleaved schedule

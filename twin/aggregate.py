@@ -100,16 +100,15 @@ def blockers(scen: Scenario) -> list[str]:
 
 def warmup_microbatches(schedule: str, pp: int, v: int) -> int:
     """Smallest microbatch count with a steady phase on every stage: ``pp`` for GPipe and
-    1F1B (stage 0 runs ``pp - 1`` warm-up forwards); for interleaved 1F1B the smallest
-    multiple of ``pp`` whose ``m * v`` units exceed stage 0's ``2 (pp - 1) + (v - 1) pp``
-    warm-up units (``workloads.schedules.unit_order``)."""
-    if schedule != "interleaved" or v == 1:
+    1F1B (stage 0 runs ``pp - 1`` warm-up forwards); for interleaved 1F1B with ``v > 1``
+    chunks the smallest multiple of ``pp`` whose ``m v`` units exceed stage 0's
+    ``2 (pp - 1) + (v - 1) pp = (v + 1) pp - 2`` warm-up units
+    (``workloads.schedules.unit_order``), which is always ``2 pp`` for ``pp >= 2``: ``m = pp`` gives
+    ``v pp <= (v + 1) pp - 2`` (no steady phase) and ``m = 2 pp`` gives ``2 v pp >
+    (v + 1) pp - 2`` for every ``v >= 1`` (one stage, ``pp = 1``, has no warm-up: 1)."""
+    if schedule != "interleaved" or v == 1 or pp == 1:
         return pp
-    warm = 2 * (pp - 1) + (v - 1) * pp
-    m = pp
-    while m * v <= warm:
-        m += pp
-    return m
+    return 2 * pp
 
 
 def plan(scen: Scenario) -> Plan | None:
@@ -261,9 +260,9 @@ def _recompute_ratios(out: dict[str, Any], s3: dict[str, Any], p: Plan,
     if "energy_per_flop_j" in out:
         execd = out["executed_flops_per_iteration"] * out["iterations"]
         out["energy_per_flop_j"] = ratio(energy, execd)
-    if "goodput_tokens_per_s" in out and s3.get("goodput_tokens_per_s"):
-        w_tokens = s3["goodput_tokens_per_s"] * s3["makespan_s"] * p.m / p.counts[2]
-        out["goodput_tokens_per_s"] = ratio(w_tokens, span)
+    # every summary has the job's goodput (workloads.job.job_metrics), 0 without a makespan
+    w_tokens = s3["goodput_tokens_per_s"] * s3["makespan_s"] * p.m / p.counts[2]
+    out["goodput_tokens_per_s"] = ratio(w_tokens, span)
     lb = [np.asarray(x, dtype=float) for x in link_bytes]
     if len(lb[0]) and span:
         h = p.step
