@@ -450,3 +450,16 @@ def test_energy_shares_and_transition_energy_count_every_device(tiny):
     assert sum(share.values()) == pytest.approx(1.0, rel=1e-12)
     for k, v in fast["energy_breakdown_j"].items():
         assert share[k] == pytest.approx(v / fast["energy_j"], rel=1e-12), k
+
+
+def test_alerts_of_every_kind_are_in_time_order(tiny):
+    """An MFU threshold of 99% alerts at every iteration's end, a power threshold of 1% of
+    the design power at the first 5 ms window: the alerts table holds both kinds, the power
+    alert before the later MFU alerts, in order of time (not grouped by kind)."""
+    res = run(tiny(workload__iterations=4, power={"alerts": {
+        "mfu_threshold": 0.99, "power_fraction": 0.01, "window_s": 0.005}}))
+    alerts = read_table(res.trace_path, "alerts")
+    assert {"mfu", "power"} <= set(alerts.kind)
+    first_power = alerts[alerts.kind == "power"].time_s.min()
+    assert (alerts[alerts.kind == "mfu"].time_s > first_power).any()
+    assert alerts.time_s.is_monotonic_increasing
