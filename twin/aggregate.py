@@ -103,9 +103,9 @@ def warmup_microbatches(schedule: str, pp: int, v: int) -> int:
     1F1B (stage 0 runs ``pp - 1`` warm-up forwards); for interleaved 1F1B with ``v > 1``
     chunks the smallest multiple of ``pp`` whose ``m v`` units exceed stage 0's
     ``2 (pp - 1) + (v - 1) pp = (v + 1) pp - 2`` warm-up units
-    (``workloads.schedules.unit_order``), which is always ``2 pp`` for ``pp >= 2``: ``m = pp`` gives
-    ``v pp <= (v + 1) pp - 2`` (no steady phase) and ``m = 2 pp`` gives ``2 v pp >
-    (v + 1) pp - 2`` for every ``v >= 1`` (one stage, ``pp = 1``, has no warm-up: 1)."""
+    (``workloads.schedules.unit_order``). For ``pp >= 2`` that is always ``2 pp``: ``m = pp``
+    gives ``v pp <= (v + 1) pp - 2`` (no steady phase) and ``m = 2 pp`` gives ``2 v pp >
+    (v + 1) pp - 2`` for every ``v >= 1``; one stage (``pp = 1``) has no warm-up: 1."""
     if schedule != "interleaved" or v == 1 or pp == 1:
         return pp
     return 2 * pp

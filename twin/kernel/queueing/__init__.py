@@ -3,7 +3,7 @@
 This package is the kernel's queue engine. The HBM controller and the link models hand it whole
 batches of customers (memory requests, messages) as arrays and get back waiting times, sojourn
 times and departure times; nothing here is called once per customer. It imports only NumPy,
-SciPy and :mod:`twin.kernel.errors` and has no state: every random draw comes from a
+SciPy, :mod:`twin.kernel.errors` and :mod:`twin.kernel.lazy` and has no state: every random draw comes from a
 ``numpy.random.Generator`` passed in by the caller.
 
 Units: every time is in seconds (arrival times, service times, waits, means, durations), every
@@ -30,7 +30,9 @@ Contents, one module per concept
 * :mod:`~twin.kernel.queueing._validate`: the input checks and by-name factories they share.
 
 Every public name is importable from this package (``from twin.kernel.queueing import
-fifo_waits``).
+fifo_waits``); the submodule that defines it is imported on first use
+(:func:`twin.kernel.lazy.lazy_exports`), so the scenario schema can read :mod:`.bounds`
+without NumPy.
 
 Example::
 
