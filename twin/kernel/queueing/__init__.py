@@ -3,8 +3,8 @@
 This package is the kernel's queue engine. The HBM controller and the link models hand it whole
 batches of customers (memory requests, messages) as arrays and get back waiting times, sojourn
 times and departure times; nothing here is called once per customer. It imports only NumPy,
-SciPy, :mod:`twin.kernel.errors` and :mod:`twin.kernel.lazy` and has no state: every random draw comes from a
-``numpy.random.Generator`` passed in by the caller.
+SciPy, :mod:`twin.kernel.errors` and :mod:`twin.kernel.lazy` and has no state: every
+random draw comes from a ``numpy.random.Generator`` passed in by the caller.
 
 Units: every time is in seconds (arrival times, service times, waits, means, durations), every
 rate is in 1/s. Dimensionless quantities (``cov``, ``scv``, ``rho``, ``alpha``, ``k``) say so.
