@@ -457,14 +457,19 @@ def test_the_ledger_is_the_sum_of_its_flows_after_every_kept_change(monkeypatch)
     assert sum(checked) > 50
 
 
-def test_a_ring_joining_unstepped_traffic_keeps_its_steps(monkeypatch):
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_ring_joining_unstepped_traffic_keeps_its_steps(monkeypatch, jit):
     """A one-flow transfer over links 0-4 runs at 1 B/s (link 4); a 6-step ring over links
     0-3 (link 3 at 5 B/s, the others 10) joins its component at 0.5 s on spare capacity, a
     kept join into a component that held no stepped transfer. The ring stays bulk-
     synchronous: its flows on links 0-2 park at each step end waiting for the one on link 3,
     so a 5 B transfer on link 0 at 2 s gets 9 B/s and ends at 2.556 s, as the fluid reference
-    says (3.111 s if the ring's flows ran on without their steps)."""
+    says (3.111 s if the ring's flows ran on without their steps). In NumPy and in the
+    compiled step targets (which read the component's count of stepped transfers)."""
     monkeypatch.setattr(flows, "_KEEP_ENTRIES", 0)
+    if jit:
+        monkeypatch.setattr(flows, "_JIT_FLOWS", 0)
+        monkeypatch.setattr(flows, "_JIT_AFTER", -1)
     monkeypatch.setattr(flows.FlowNetwork, "keep_rates", True)
     cap = [10.0, 10.0, 10.0, 5.0, 1.0]
     ring = dict(start=0.5, routes=[[0], [1], [2], [3]], sizes=[60.0] * 4, steps=6)
