@@ -388,7 +388,7 @@ def test_max_link_utilization_is_the_busiest_links_bytes_over_its_capacity(tmp_p
     assert summary["max_link_utilization"] == pytest.approx(expect, rel=1e-12)
 
 
-def test_a_run_that_completes_no_iteration_reports_no_throughput(tiny):
+def test_a_run_that_completes_no_iteration_reports_no_throughput():
     """Corner 0 of the tiny 4x2 torus is cut off for good at time 0: the run stops without an
     iteration, so no FLOP/s and no MFU are reported (not a rate over a partial iteration),
     and a run without the replica quotient reports an orbit of 1."""
