@@ -730,11 +730,13 @@ def test_sigkill_at_any_moment_leaves_no_partial_trace(tmp_path):
 
 
 def test_a_trace_argument_that_is_no_file_says_what_is_there(tmp_path, capsys):
-    """``twin summary`` / ``limits`` on a missing path, a folder or a device: exit 2 naming
-    ``trace`` and what is there (a device used to be reported as "not found")."""
+    """``twin summary`` / ``limits`` / ``report`` / ``export`` on a missing path, a folder or a
+    device: exit 2 naming ``trace`` and what is there (a device used to be reported as "not
+    found"; ``report`` and ``export`` called a folder "not found")."""
     (tmp_path / "adir").mkdir()
-    for command in ("summary", "limits"):
+    out = str(tmp_path / "t.json")
+    for command in (["summary"], ["limits"], ["report"], ["export", "-o", out]):
         for target, why in (("missing.h5", "trace file not found"), ("adir", "is a folder"),
                             ("/dev/null", "not a regular file")):
-            code, _, err = _cli(capsys, command, target)
+            code, _, err = _cli(capsys, command[0], target, *command[1:])
             assert code == 2 and "trace:" in err and why in err, (command, target, err)

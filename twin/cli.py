@@ -351,8 +351,9 @@ class ExportCommand(Command):
         from twin.export import export_trace
         from twin.outputs import check_output
 
+        trace = _existing(args.trace)
         check_output(args.output, "-o", "timeline", args.force)
-        r = export_trace(args.trace, args.output, args.format, args.window, args.devices,
+        r = export_trace(trace, args.output, args.format, args.window, args.devices,
                          args.max_mb)
         print(f"{r.format}: {r.path} ({r.slices} slices, {r.flows} flows, {r.counters} "
               f"counter values, {r.instants} instants)")
@@ -377,9 +378,10 @@ class ReportCommand(Command):
         from twin.outputs import check_output
         from twin.report import build_report, format_report
 
+        trace = _existing(args.trace)
         if args.report_html:
             check_output(args.report_html, "-o", "html", args.force)
-        rep = build_report(args.trace, args.sweep)
+        rep = build_report(trace, args.sweep)
         if args.json:
             print(json.dumps(rep, indent=2))
         else:
@@ -387,7 +389,7 @@ class ReportCommand(Command):
         if args.report_html:
             from twin.report import write_html
 
-            print(f"report: {write_html(rep, args.trace, args.report_html)}",
+            print(f"report: {write_html(rep, trace, args.report_html)}",
                   file=sys.stderr if args.json else sys.stdout)
         return 0
 
