@@ -17,7 +17,8 @@ class Problem:
     """One thing wrong with an input.
 
     Attributes:
-        path: dotted field path, e.g. ``cluster.topology.shape`` (``""`` for the whole file).
+        path: dotted field path, e.g. ``cluster.topology.shape`` (``""`` for the whole file,
+            printed as ``<file>``: a scenario, campaign, sweep or map file).
         message: what is wrong, in words.
         value: the offending value as given (``None`` when absent).
         allowed: what would be accepted, in words (may be empty).
@@ -29,7 +30,7 @@ class Problem:
     allowed: str = ""
 
     def __str__(self) -> str:
-        where = self.path or "<scenario>"
+        where = self.path or "<file>"
         text = f"{where}: {self.message}"
         if self.value is not None:
             shown = repr(self.value)
