@@ -194,13 +194,23 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
 
 def client_from_args(args: argparse.Namespace):
     """Context manager yielding the Dask client the arguments ask for (None for
-    ``--workers 0``); a negative worker count is a field-named error."""
-    if args.workers is not None and args.workers < 0:
-        raise ScenarioError([Problem("--workers", "must be >= 0", args.workers,
-                                     "0 (no Dask) or a number of processes")])
+    ``--workers 0``); a negative worker count, or more than :func:`max_workers` processes
+    (each loads the twin: a count by the thousand would fork the machine to death), is a
+    field-named error."""
+    most = max_workers()
+    if args.workers is not None and not 0 <= args.workers <= most:
+        raise ScenarioError([Problem(
+            "--workers", "must be >= 0" if args.workers < 0 else "more worker processes than "
+            "this machine can use", args.workers, f"0 (no Dask) .. {most} (four per core)")])
     if args.workers == 0:
         return nullcontext(None)
     return dask_client(args.workers, args.scheduler)
+
+
+def max_workers() -> int:
+    """The most local worker processes ``--workers`` takes: four per core (the runs are
+    CPU-bound, so more than one per core only helps a run waiting on its files)."""
+    return 4 * (os.cpu_count() or 1)
 
 
 @contextmanager

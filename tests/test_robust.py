@@ -740,3 +740,19 @@ def test_a_trace_argument_that_is_no_file_says_what_is_there(tmp_path, capsys):
                             ("/dev/null", "not a regular file")):
             code, _, err = _cli(capsys, command[0], target, *command[1:])
             assert code == 2 and "trace:" in err and why in err, (command, target, err)
+
+
+@pytest.mark.parametrize("command, spec", [("campaign", "campaign_faults.yaml"),
+                                           ("pareto", "sweep_small.yaml"),
+                                           ("contention", "contention_map.yaml")])
+def test_a_worker_count_out_of_range_is_refused_before_dask_starts(tmp_path, capsys, command,
+                                                                   spec):
+    """``--workers`` below 0, or above four processes per core (a count by the thousand
+    would start that many interpreters), exits 2 naming the flag and the range; nothing
+    is written."""
+    most = 4 * (os.cpu_count() or 1)
+    for workers in (-1, most + 1, 10**20):
+        code, _, err = _cli(capsys, command, str(ROOT / "scenarios" / spec),
+                            "-o", str(tmp_path / "out"), "--workers", str(workers))
+        assert code == 2 and "--workers" in err and f"0 (no Dask) .. {most}" in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
