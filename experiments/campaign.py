@@ -155,6 +155,15 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
     for key, values in spec.grid.items():
         if not values:
             problems.append(Problem(f"grid.{key}", "no values", values, "a non-empty list"))
+        elif len({json.dumps(v, sort_keys=True, default=str) for v in values}) < len(values):
+            problems.append(Problem(f"grid.{key}", "a value is repeated (its runs would be "
+                                    "run twice under two point ids)", values,
+                                    "distinct values"))
+    for where_, keys in (("overrides", spec.overrides), ("grid", spec.grid)):
+        if "seed" in keys:
+            problems.append(Problem(f"{where_}.seed", "the campaign sets every run's seed from "
+                                    "`seeds` (and `seed_start`); this one would be ignored",
+                                    keys["seed"], "seeds: N or a list of seeds"))
     base = read_base(spec.base, root, problems)
     n_runs = len(seeds) * (2 if spec.baseline else 1) * math.prod(len(v) for v in
                                                                   spec.grid.values())

@@ -340,3 +340,23 @@ def test_run_bootstrap_intervals_cover_the_mean():
     # the percentile bootstrap undercovers a little at 30 runs: allow 2 points besides noise
     assert np.mean(hits) >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 400) - 0.02
     assert np.mean(hits_generic) >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 60) - 0.02
+
+
+def test_a_seed_among_the_overrides_or_a_repeated_grid_value_is_refused():
+    """The campaign sets each run's seed itself, so a ``seed`` in ``overrides`` or ``grid``
+    would be silently ignored; a grid value given twice would run the same point twice under
+    two ids. Both are errors naming the field; the distinct version of each loads."""
+    from experiments.campaign import load_campaign
+    from twin.kernel.errors import ScenarioError
+
+    base = scenario_dict()
+    for change, field in (({"overrides": {"seed": 5}}, "overrides.seed"),
+                          ({"grid": {"seed": [1, 2]}}, "grid.seed"),
+                          ({"grid": {"workload.iterations": [1, 2, 1]}},
+                           "grid.workload.iterations")):
+        with pytest.raises(ScenarioError) as err:
+            load_campaign({"name": "c", "base": base, "seeds": 1, **change})
+        assert [p.path for p in err.value.problems] == [field]
+    camp = load_campaign({"name": "c", "base": base, "seeds": 1,
+                          "grid": {"workload.iterations": [1, 2]}})
+    assert len(camp.runs) == 2 * 2  # two points, with and without faults
