@@ -366,6 +366,12 @@ def test_contention_slows_the_op_and_is_cached():
     assert other.slowdown("gemm", op, 4) == slow[2]
     res = effective_bandwidth(spec, 5, op, [dma, dma], np.random.default_rng(2))
     assert res.contention == 2 and res.dma_bandwidth_bytes_per_s > 0
+    # a one-stack device is valid (its figures are the stack's), none is refused
+    one = HbmContention(spec, 1, np.random.default_rng(1), dma)
+    assert one.query("gemm", op, 0).op_bandwidth_bytes_per_s == pytest.approx(
+        alone.op_bandwidth_bytes_per_s / 5, rel=1e-12)  # the same draws: one stack of five
+    with pytest.raises(ScenarioError, match="stacks"):
+        HbmContention(spec, 0, np.random.default_rng(1), dma)
 
 
 def test_unsaturated_streams_get_their_offered_rate():

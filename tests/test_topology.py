@@ -347,30 +347,35 @@ def test_default_placement_on_switched_and_dragonfly():
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_hops_per_group_equals_brute_force(kind, placement):
-    """Layout.hops_per_group against routing every ring edge of every group by hand."""
+    """Layout.hops_per_group against routing every ring edge of every group by hand, with
+    every pipeline depth of 1-3 stages the devices allow (two stages: one neighbour pair per
+    pipeline, the last stage sends to no one)."""
     t = KINDS[kind]()
     n = t.n_devices
     tp = 2 if n % 2 == 0 else 1
-    pp = 3 if (n // tp) % 3 == 0 else 1
-    lay = Layout(t, n // (tp * pp), pp, tp, placement, algorithms={"tp": "ring", "dp": "ring"})
     r = Router(t)
-    got = lay.hops_per_group(r)
-    for kind_, count in (("tp", lay.dp * lay.pp), ("dp", lay.pp * lay.tp)):
-        h = []
-        for g in range(count):
-            ring = lay.group_devices(kind_, g)
-            assert sorted(ring.tolist()) == sorted(lay.device[lay.group_ranks(kind_, g)].tolist())
-            if len(ring) > 1:
-                h += [r.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
-                                                             strict=True)]
-        assert got[kind_] == pytest.approx(np.mean(h) if h else 0.0)
-    if pp > 1:
-        rk = np.arange(lay.world)
-        d, p, tt = lay.coords(rk)
-        m = p < pp - 1
-        h = [r.hops(int(lay.device[a]), int(lay.device[b]))
-             for a, b in zip(rk[m], lay.rank(d[m], p[m] + 1, tt[m]), strict=True)]
-        assert got["pp"] == pytest.approx(np.mean(h))
+    for pp in [p for p in (1, 2, 3) if (n // tp) % p == 0]:
+        lay = Layout(t, n // (tp * pp), pp, tp, placement,
+                     algorithms={"tp": "ring", "dp": "ring"})
+        got = lay.hops_per_group(r)
+        for kind_, count in (("tp", lay.dp * lay.pp), ("dp", lay.pp * lay.tp)):
+            h = []
+            for g in range(count):
+                ring = lay.group_devices(kind_, g)
+                assert sorted(ring.tolist()) == sorted(
+                    lay.device[lay.group_ranks(kind_, g)].tolist())
+                if len(ring) > 1:
+                    h += [r.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
+                                                                 strict=True)]
+            assert got[kind_] == pytest.approx(np.mean(h) if h else 0.0)
+        if pp == 1:
+            assert got["pp"] == 0.0
+            continue
+        h = [r.hops(int(lay.device[lay.rank(d, s, tt)]),
+                    int(lay.device[lay.rank(d, s + 1, tt)]))
+             for d in range(lay.dp) for s in range(pp - 1) for tt in range(tp)]
+        assert len(h) == lay.dp * (pp - 1) * tp
+        assert got["pp"] == pytest.approx(np.mean(h)), (pp, h)
 
 
 def test_grid_cycle_is_hamiltonian_in_3d():
@@ -426,6 +431,24 @@ def test_one_link_per_edge_unless_bundled():
     np.testing.assert_array_equal(t.link_degree(), t.degree())
     four = build_topology("mesh2d", (3, 3), "nvlink4", 4)
     np.testing.assert_array_equal(four.link_degree(), 4 * t.degree())
+
+
+def test_rank_classes_by_layout_kind():
+    """dp 8 x pp 2 x tp 2 (rank = (d pp + p) tp + t): by default (rank symmetry) a class is a
+    pipeline stage's ranks; without symmetry every rank is its own class; with one agent per
+    TP group a class is a (d, p) group's tp consecutive ranks."""
+    t = build_topology("torus2d", (8, 4), "nvlink4")
+    ranks = np.arange(32)
+    stage = (ranks // 2) % 2
+    default = Layout(t, 8, 2, 2)
+    assert [c.tolist() for c in default.classes] == [
+        ranks[stage == 0].tolist(), ranks[stage == 1].tolist()]
+    assert default.class_stage.tolist() == [0, 1]
+    each = Layout(t, 8, 2, 2, symmetric=False)
+    assert [c.tolist() for c in each.classes] == [[r] for r in range(32)]
+    groups = Layout(t, 8, 2, 2, symmetric=False, tp_groups=True)
+    assert [c.tolist() for c in groups.classes] == [[2 * g, 2 * g + 1] for g in range(16)]
+    assert groups.class_stage.tolist() == [g % 2 for g in range(16)]
 
 
 @pytest.mark.parametrize("shard", [None, 1, 2, 4])
