@@ -162,3 +162,22 @@ def test_what_makes_a_run_random_is_named(sets, expected):
 
     scen = twin.load_scenario("scenarios/quickstart.yaml", ["trace.enabled=false", *sets])
     assert random_sources(scen) == expected
+
+
+def test_the_documented_iteration_counts_of_the_verdict():
+    """README: the running mean is judged from 8 iterations after the first (warm-up) one,
+    and a random run's Hill tail index from 50, when more than 10 of them lie above the
+    median. The numbers are written out here, not read from the module."""
+    rng = np.random.default_rng(11)
+    noise = 1.0 + 0.001 * rng.random(60)
+    for steady, judged in ((7, False), (8, True)):
+        r = iteration_report(noise[:steady + 1], random=True)
+        too_few = any("too few" in w for w in r["iteration_time_warnings"])
+        assert too_few is not judged, (steady, r["iteration_time_warnings"])
+    for steady, has_tail in ((49, False), (50, True)):
+        r = iteration_report(noise[:steady + 1], random=True)
+        assert (r["iteration_time_tail_index"] is not None) is has_tail, steady
+    # a deterministic run is judged from the same count: a drift is found in 8, not in 7
+    drift = np.linspace(1.0, 2.0, 9)
+    assert not iteration_report(drift, random=False)["iteration_time_converged"]
+    assert iteration_report(drift[:8], random=False)["iteration_time_converged"]

@@ -732,6 +732,28 @@ def test_infinite_variance_warning_names_the_hill_estimate():
     assert "infinite service variance (Hill tail index" in text
 
 
+def test_a_given_distribution_is_checked_against_the_sample_tail():
+    """With the services' distribution given, a finite-variance one is taken at its word
+    unless the sample's Hill interval reaches 2: exponential samples declared exponential
+    leave no warning, Pareto alpha 1.3 samples declared exponential warn that the sample's
+    tail looks heavier (the analysis keeps the declared, finite verdict); fewer than 50
+    positive services give no Hill estimate and no such warning."""
+    rng = np.random.default_rng(5)
+    declared = q.Exponential(1.0)
+    arrivals = q.PoissonArrivals(0.5).sample(rng, 200_000)
+    honest = q.analyze_queue(arrivals, declared.sample(rng, 200_000),
+                             service_distribution=declared, arrival_rate=0.5)
+    assert honest.hill is not None and honest.hill.variance_verdict == "finite"
+    assert honest.warnings == () and honest.converged
+    heavy = q.analyze_queue(arrivals, q.Pareto(1.3, 0.2).sample(rng, 200_000),
+                            service_distribution=declared, arrival_rate=0.5)
+    assert not heavy.variance_infinite
+    assert [w for w in heavy.warnings if "looks heavier than the given exponential" in w]
+    few = q.analyze_queue(arrivals[:49], declared.sample(rng, 49), n_batches=4,
+                          service_distribution=declared, arrival_rate=0.5)
+    assert few.hill is None and not any("looks heavier" in w for w in few.warnings)
+
+
 def test_pareto_alpha_18_flagged_infinite_variance_not_converged():
     lam, dist = 0.5, q.Pareto(1.8, 1.0)
     arrivals, services = poisson_mg1(np.random.default_rng(21), lam, dist, 400_000)

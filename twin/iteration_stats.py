@@ -69,8 +69,8 @@ def iteration_report(times: np.ndarray, random: bool,
         "iteration_time_p50_s": float(np.percentile(t, 50)) if n else math.nan,
         "iteration_time_p99_s": float(np.percentile(t, 99)) if n else math.nan,
         "iteration_time_max_s": float(t.max()) if n else math.nan,
-        "iteration_time_cov": (float(t.std(ddof=1) / t.mean()) if n > 1 and t.mean() > 0
-                               else math.nan),
+        # iteration times are positive: only a count under 2 leaves the spread undefined
+        "iteration_time_cov": float(t.std(ddof=1) / t.mean()) if n > 1 else math.nan,
     }
     warnings: list[str] = []
     steady = t[1:] if n > 1 else t  # the first iteration is a warm-up
