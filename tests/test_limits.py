@@ -11,6 +11,20 @@ from twin.limits import BOLTZMANN_J_PER_K, compute_limits, limits_from_trace
 from twin.runner import run
 
 
+@pytest.mark.parametrize("precision, bits", [("fp32", 32), ("tf32", 32), ("bf16", 16),
+                                             ("fp16", 16), ("fp8", 8), ("fp4", 4)])
+def test_landauer_bound_counts_the_stored_bits_of_each_precision(precision, bits):
+    """One bit erased per stored bit of every executed FLOP's result: tf32 is stored in a
+    32-bit container, fp4 in 4 bits. A device without links (injection capacity 0) has no
+    injection bound."""
+    lim = compute_limits(1.0, 1.0, [1e12], 1e12, [], [], 0.0, 0.0, 1e6, precision,
+                         300.0 - 273.15)
+    assert lim["landauer"]["bound_j"] == pytest.approx(
+        1e6 * bits * BOLTZMANN_J_PER_K * 300.0 * math.log(2), rel=1e-12, abs=0)
+    assert lim["communication"]["injection_bound_s"] == 0.0
+    assert lim["communication"]["bound_s"] == 0.0
+
+
 def test_landauer_per_bit_matches_published_value():
     """kT ln 2 = 2.87e-21 J at 300 K (calibration README)."""
     lim = compute_limits(1.0, 1.0, [1.0], 1.0, [0.0], [1.0], 1.0, 0.0, 1.0, "bf16",

@@ -19,6 +19,7 @@ from topologies.placement import (
     grid_cycle,
     place,
     ring_order,
+    ring_walk,
     snake_cycle,
 )
 from topologies.routing import NEIGHBOUR_PROBES, NoRoute, Router, nearest_pair
@@ -74,6 +75,53 @@ def test_snake_cycle_is_hamiltonian(shape):
         assert abs(x0 - x1) + abs(y0 - y1) == 1
 
 
+@pytest.mark.parametrize("shape", [(1, 4), (4, 1), (1, 1), (3, 3), (1, 5)])
+def test_snake_without_a_cycle_is_a_path_of_neighbours(shape):
+    """A grid with a side of 1, or both sides odd, has no Hamiltonian cycle: the snake is
+    a boustrophedon path, every cell once, each step (not the closing one) to a neighbour
+    (a 1 x 4 line must not jump from its first cell to its last)."""
+    cells = snake_cycle(*shape)
+    assert sorted(cells) == sorted((x, y) for x in range(shape[0]) for y in range(shape[1]))
+    for (x0, y0), (x1, y1) in zip(cells, cells[1:], strict=False):
+        assert abs(x0 - x1) + abs(y0 - y1) == 1, cells
+
+
+def test_switched_and_dragonfly_walks_cross_boundaries_cheaply():
+    """``switched``: every GPU once, node by node, and consecutive nodes meet on the same
+    rail (GPU index); ``dragonfly2d``: every device once, group by group, and each group
+    boundary is crossed on the global link between the two groups (one hop), as the module
+    docstring says, where every other group has its own port device (here 5 groups of 4:
+    with more groups, ports share devices and a group may enter and leave by the same one)."""
+    sw = _switched()
+    gpn = sw.fat_tree.gpus_per_node
+    walk = ring_walk(sw)
+    assert sorted(walk.tolist()) == list(range(sw.n_devices))
+    for k in range(sw.fat_tree.nodes):
+        assert sorted(walk[k * gpn:(k + 1) * gpn] // gpn) == [k] * gpn
+        if k:
+            assert walk[k * gpn - 1] % gpn == walk[k * gpn] % gpn
+    df = build_topology("dragonfly2d", (4, 5), "x", 2, global_link="g", global_links_per_edge=1)
+    a, groups = df.info["group_size"], df.info["groups"]
+    order = device_order(df)
+    assert sorted(order.tolist()) == list(range(df.n_devices))
+    r = Router(df)
+    for g in range(groups):
+        assert sorted(order[g * a:(g + 1) * a] // a) == [g] * a
+        last, first = int(order[(g + 1) * a - 1]), int(order[((g + 1) % groups) * a])
+        assert r.hops(last, first) == 1 and df.graph.has_edge(last, first), g
+
+
+def test_tensor_parallel_rings_of_two_are_scored():
+    """The tiling score counts every TP ring edge, a ring of two (there and back) too."""
+    from topologies.placement import _ring_edges
+
+    t = build_topology("torus2d", (4, 2), "x")
+    order = np.arange(8)
+    src, dst = _ring_edges(order, 2, 2, 2, t, lattice=False)["tp"]
+    assert sorted(zip(src.tolist(), dst.tolist(), strict=True)) == sorted(
+        [(2 * g, 2 * g + 1) for g in range(4)] + [(2 * g + 1, 2 * g) for g in range(4)])
+
+
 def test_full_ring_on_torus_and_mesh_is_one_hop_per_edge():
     for kind in ("torus2d", "mesh2d"):
         t = build_topology(kind, (4, 4), "x")
@@ -106,6 +154,8 @@ def test_lattice_group_rings_along_its_rows():
         for lattice in (True, False):
             ring = ring_order(t, order, lattice=lattice)
             assert sorted(ring.tolist()) == sorted(devices.tolist())
+            if not lattice:  # the default
+                assert ring_order(t, order).tolist() == ring.tolist()
             hops = sorted(r.hops(int(a), int(b)) for a, b in zip(ring, np.roll(ring, -1),
                                                                  strict=True))
             if lattice:
