@@ -53,7 +53,7 @@ def inlet_offsets(topo, gradient_k: float, along: str) -> np.ndarray:
     if gradient_k == 0:
         return np.zeros(n)
     coords = np.asarray(topo.coords, dtype=float)
-    size = coords.max(axis=0) + 1 if len(coords) else np.ones(2)
+    size = coords.max(axis=0) + 1  # every topology places each device at coordinates
     if along in ("x", "y"):
         d = 0 if along == "x" else 1
         s = coords[:, d] / (size[d] - 1) if size[d] > 1 else np.zeros(n)
