@@ -100,7 +100,8 @@ def _check_sharding(w: WorkloadSpec) -> list[Problem]:
 
 def stage_memory(w: WorkloadSpec, device: DeviceSpec, split: list[int] | None = None) -> list:
     """``workloads.memory.StageMemory`` of every pipeline stage of ``w`` on ``device``
-    (``split``: layers per virtual stage, default resolved from ``workload.stage_layers``)."""
+    (``split``: layers per virtual stage, default resolved from ``workload.stage_layers``); a
+    workload that passed ``check_workload`` (at least one microbatch per replica)."""
     from workloads.memory import memory_per_stage
     from workloads.sharding import shard_degree
     from workloads.stages import resolve_split
@@ -109,7 +110,7 @@ def stage_memory(w: WorkloadSpec, device: DeviceSpec, split: list[int] | None = 
                              w.sequence_parallel, w.recompute, w.attention)
     split = split if split is not None else resolve_split(w, device)
     sh = w.sharding
-    return memory_per_stage(costs, w.parallelism.pp, max(microbatches(w), 1), w.schedule,
+    return memory_per_stage(costs, w.parallelism.pp, microbatches(w), w.schedule,
                             w.virtual_stages, w.parallelism.dp, split, sh.strategy,
                             shard_degree(sh, w.parallelism.dp), sh.prefetch,
                             w.grad_bucket_mb * 1e6, w.activation_memory)
