@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 TWIN   := $(VENV)/bin/twin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow fuzz bench lint validate mutate clean aot
+.PHONY: run test test-slow fuzz differential bench lint validate mutate clean aot
 
 # Create the virtual environment and install the package with its test extra.
 # Re-runs only when the packaging files change, so the second call is fast.
@@ -43,6 +43,10 @@ test-slow: $(STAMP) aot
 # forked, memory- and time-limited child; fails on any traceback, hang or exit code not 0/2.
 fuzz: $(STAMP) aot
 	$(PY) -m tests.fuzzing --cases 5000 --seed 0 --timeout 25
+
+# Fast mode against exact mode on 200 random scenarios (not part of `make test`, ~10 min).
+differential: $(STAMP) aot
+	$(PY) -m tests.differential --cases 200 --seed 0
 
 # Mutation testing of the model's core (not part of `make test`; see tools/mutate.py):
 # `make mutate MUTATE_ARGS="--module flows --max 40"` for one module or a seeded sample.

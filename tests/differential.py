@@ -7,9 +7,10 @@ rings, chained transfers, microbatch aggregation), so it is the fast mode's refe
 hand-written cases of ``tests/test_exact.py`` check each shortcut where it was built for;
 this module draws *combinations* of what a scenario can say (topology kind and shape, the
 parallel layout, the pipeline schedule, sharding, overlap switches, the ring model, an HBM
-contention model, compute jitter, DVFS, a power cap, the thermal model, one fault) and checks
-that the fast mode's iteration time and energy stay within :data:`REL_TOL` of exact mode's:
-the tolerance the fast mode documents (README, "Fast mode").
+contention model, compute jitter, DVFS, a power cap, the thermal model, one fault: a
+straggler, an HBM degradation, a cooling, link or accelerator failure) and checks that the
+fast mode's iteration time and energy stay within :data:`REL_TOL` of exact mode's: the
+tolerance the fast mode promises (README, "Validation and benchmarks").
 
 Used by ``tests/test_differential.py`` (a few seeded cases in ``make test``) and by
 ``python -m tests.differential --cases N --seed S`` (the long run, not part of the suite).
@@ -108,6 +109,12 @@ def make_scenario(rng: random.Random, light: bool = False) -> dict[str, Any]:
     elif r < 0.3:
         faults.append({"kind": "cooling_failure", "devices": [rng.randrange(n)],
                        "time_s": 0.0, "rise_k": 30})
+    elif r < 0.35 and kind != "switched":  # devices 0 and 1 are neighbours on every grid
+        faults.append({"kind": "link_failure", "link": [0, 1], "time_s": 0.002,
+                       "duration_s": 0.05})
+    elif r < 0.4:  # the job stops, restarts from its last checkpoint
+        faults.append({"kind": "accelerator_failure", "device": rng.randrange(n),
+                       "time_s": 0.01})
     cluster: dict[str, Any] = {"topology": {"kind": kind, "shape": shape},
                                "device": "h100-sxm", "link": "nvlink4"}
     if kind == "switched":  # GPUs on an NVSwitch per node, nodes on an InfiniBand fat-tree

@@ -82,7 +82,7 @@ def test_snake_without_a_cycle_is_a_path_of_neighbours(shape):
     (a 1 x 4 line must not jump from its first cell to its last)."""
     cells = snake_cycle(*shape)
     assert sorted(cells) == sorted((x, y) for x in range(shape[0]) for y in range(shape[1]))
-    for (x0, y0), (x1, y1) in zip(cells, cells[1:], strict=False):
+    for (x0, y0), (x1, y1) in itertools.pairwise(cells):
         assert abs(x0 - x1) + abs(y0 - y1) == 1, cells
 
 
