@@ -44,7 +44,7 @@ test-slow: $(STAMP) aot
 fuzz: $(STAMP) aot
 	$(PY) -m tests.fuzzing --cases 5000 --seed 0 --timeout 25
 
-# Fast mode against exact mode on 200 random scenarios (not part of `make test`, ~10 min).
+# Fast mode against exact mode on 200 random scenarios (not part of `make test`; tens of minutes).
 differential: $(STAMP) aot
 	$(PY) -m tests.differential --cases 200 --seed 0
 
