@@ -108,6 +108,53 @@ def test_reading_bounds_are_exactly_the_documented_ones(tmp_path):
     load_yaml_text("\n".join(chain.splitlines()[:62]))
     refused(chain, "nesting deeper than 64 levels \\(aliases expanded\\)")
     refused("name: x\nseed: \x07\n", "at line 2: character #x0007")
+    # the depth is counted along the path while the file is read (refused where it goes too
+    # deep, before the document is built), not over the nodes read before: 300 sibling
+    # values first do not give a 65-level list more room
+    siblings = "[" + ",".join(["0"] * 300) + ","
+    load_yaml_text(siblings + "[" * 63 + "]" * 63 + "]")
+    refused(siblings + "[" * 64 + "]" * 64 + "]", "column 665: nesting deeper than 64 levels$")
+
+
+def test_a_file_that_grows_after_its_size_was_read_is_still_refused(tmp_path, monkeypatch):
+    """The size check reads one byte past the bound: a file whose ``stat`` said small (a
+    file growing while it is read, a ``/proc`` file that reports size 0) but that holds
+    more than 4 MiB is refused, not cut at 4 MiB and parsed."""
+    import os
+
+    from twin.kernel import reading
+    from twin.kernel.errors import ScenarioError
+
+    path = tmp_path / "growing.yaml"
+    path.write_bytes(b"#" * ((4 << 20) + 1))
+    class _Small:
+        def __init__(self, st):
+            self.st_mode, self.st_size = st.st_mode, 0
+
+    class _Os:  # the reading module's view of ``os``: stat says size 0, the rest is os
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def stat(p, **kw):
+            return _Small(os.stat(p, **kw))
+
+    monkeypatch.setattr(reading, "os", _Os())
+    with pytest.raises(ScenarioError, match="too large"):
+        reading.read_input(path)
+
+
+def test_a_long_input_path_is_shown_cut_to_300_characters(tmp_path):
+    """A missing input named by a very long path: the error shows its first 300 characters
+    (a message, not a dump of what was typed)."""
+    from twin.kernel.errors import ScenarioError
+    from twin.kernel.reading import read_input
+
+    long = str(tmp_path / ("d" * 200) / ("n" * 200 + ".yaml"))
+    with pytest.raises(ScenarioError) as exc:
+        read_input(long)
+    assert exc.value.problems[0].value == long[:300]
+    assert exc.value.source == long[:300]
 
 
 @pytest.mark.parametrize(("faults", "path", "message", "value", "allowed"), [
