@@ -138,11 +138,14 @@ class Outcome:
     exact: dict[str, Any] | None = None
     detail: str = ""
     wall_s: float = 0.0
+    worst: float = 0.0  # largest |fast / exact - 1| over KEYS
 
     def describe(self) -> str:
-        """One line: verdict, the fast mode's shortcuts, what differs."""
+        """One line: verdict, the largest relative difference, the fast mode's shortcuts,
+        what differs."""
         used = ",".join(self.fast.get("shortcuts_used", [])) if self.fast else "-"
-        return f"{self.verdict:7s} {self.wall_s:5.1f}s [{used}] {self.detail}"
+        return (f"{self.verdict:7s} {self.wall_s:5.1f}s {self.worst:.1e} [{used}] "
+                f"{self.detail}")
 
 
 def compare(scenario: dict[str, Any]) -> Outcome:
@@ -163,8 +166,9 @@ def compare(scenario: dict[str, Any]) -> Outcome:
     fast, ref = out[False], out[True]
     far = [f"{k}: fast {fast[k]:.9g}, exact {ref[k]:.9g} ({fast[k] / ref[k] - 1:+.3%})"
            for k in KEYS if abs(fast[k] - ref[k]) > REL_TOL * abs(ref[k])]
+    worst = max(abs(fast[k] / ref[k] - 1.0) for k in KEYS)
     return Outcome("differ" if far else "agree", scenario, fast, ref, "; ".join(far),
-                   time.perf_counter() - t0)
+                   time.perf_counter() - t0, worst)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,15 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     counts = {"agree": 0, "differ": 0, "invalid": 0}
+    worst = 0.0
     while counts["agree"] + counts["differ"] < args.cases:
         res = compare(make_scenario(rng))
         counts[res.verdict] += 1
+        worst = max(worst, res.worst)
         if res.verdict != "invalid":
             print(res.describe(), flush=True)
         if res.verdict == "differ":
             print(f"  scenario: {res.scenario}", flush=True)
-    print(f"{counts['agree']} agree, {counts['differ']} differ beyond {REL_TOL:.1%}, "
-          f"{counts['invalid']} invalid draws skipped")
+    print(f"{counts['agree']} agree, {counts['differ']} differ beyond {REL_TOL:.1%} (largest "
+          f"relative difference {worst:.2e}), {counts['invalid']} invalid draws skipped")
     return 1 if counts["differ"] else 0
 
 
