@@ -79,7 +79,8 @@ def load_spec_file(path: str | Path | dict[str, Any], model: type[BaseModel], wh
         spec = model.model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(merge_problems(big, problems_from_validation(
-            exc, known_fields=known_fields)), source=source) from None
+            exc, known_fields=known_fields, model=model, document=raw)),
+            source=source) from None
     if big:
         raise ScenarioError(big, source=source)
     return spec, source, here

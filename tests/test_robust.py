@@ -158,9 +158,10 @@ def test_a_long_input_path_is_shown_cut_to_300_characters(tmp_path):
 
 
 @pytest.mark.parametrize(("faults", "path", "message", "value", "allowed"), [
-    # an unknown key of a fault, named like another fault kind
+    # an unknown key of a fault, named like another fault kind: the keys of its kind's model
     ([{"kind": "link_failure", "link": [0, 1], "time_s": 0.1, "duration_s": 0.2,
-       "straggler": 1}], "faults.0.straggler", "unknown key", None, None),
+       "straggler": 1}], "faults.0.straggler", "unknown key", None,
+     "time_s, ttf, duration_s, ttr, kind, link, links"),
     ([5], "faults.0", "wrong type: must be a mapping (key: value)", 5,
      "a mapping (key: value)"),
     ([{"kind": "straggler", "device": 0, "factor": "x", "time_s": 0}], "faults.0.factor",
@@ -803,3 +804,52 @@ def test_a_worker_count_out_of_range_is_refused_before_dask_starts(tmp_path, cap
                             "-o", str(tmp_path / "out"), "--workers", str(workers))
         assert code == 2 and "--workers" in err and f"0 (no Dask) .. {most}" in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _mapping_paths(node, prefix=()):
+    """Every path to a mapping in a parsed YAML document (the root included)."""
+    if isinstance(node, dict):
+        yield prefix
+        for k, v in node.items():
+            yield from _mapping_paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _mapping_paths(v, (*prefix, i))
+
+
+def test_an_unknown_key_anywhere_in_a_library_scenario_lists_the_keys_allowed_there():
+    """For every mapping of every library scenario (cluster, device and link specs, power
+    sections, faults of each kind and their distributions, memory models, ...), an unknown
+    key added there is one problem at its path whose allowed keys include every key the
+    scenario validly gives in that mapping (the model's own keys, not its parent's, not
+    none)."""
+    from twin.kernel.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    checked = 0
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if "cluster" not in doc:
+            continue  # campaign, sweep and map files
+        for where in _mapping_paths(doc):
+            bad = yaml.safe_load(path.read_text())
+            node = bad
+            for k in where:
+                node = node[k]
+            node["bogus_key"] = 1
+            with pytest.raises(ScenarioError) as exc:
+                load_scenario(bad)
+            dotted = ".".join(str(k) for k in (*where, "bogus_key"))
+            parent = dotted.rsplit(".", 1)[0] if where else ""
+            found = [p for p in exc.value.problems if p.path == dotted]
+            if not found:  # a distribution's own check (an HBM tail): at the mapping, naming
+                (p,) = [p for p in exc.value.problems  # the key and its parameters
+                        if p.path == parent and "bogus_key" in p.message]
+                assert p.allowed or "allowed: " in p.message, (path.name, dotted)
+                continue
+            (p,) = found
+            allowed = p.allowed.split(", ")
+            assert p.message == "unknown key" and set(node) - {"bogus_key"} <= set(allowed), (
+                path.name, dotted, p.allowed)
+            checked += 1
+    assert checked > 100

@@ -17,8 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
-from devices.host import HostSpec
-from devices.memory_spec import DmaSpec, MemorySpec, OpSpec, ServiceSpec
+from devices.memory_spec import MemorySpec
 from devices.power import PowerSpec
 from devices.spec import DeviceSpec, LinkSpec
 from scenarios.faults import FaultSpec
@@ -30,7 +29,6 @@ from twin.kernel.schema import (
     NonNegativeFloat,
     PositiveFloat,
     StrictModel,
-    field_names,
     int64_problems,
     merge_problems,
     problems_from_validation,
@@ -40,7 +38,7 @@ from twin.kernel.schema import (
 from workloads.data import DataSpec
 from workloads.job import JobSpec
 from workloads.overlap import OverlapSpec
-from workloads.spec import ModelSpec, ParallelismSpec, ShardingSpec, WorkloadSpec
+from workloads.spec import WorkloadSpec
 
 TRACE_TABLES = ("ops", "messages", "links", "power", "alerts", "telemetry", "ranks", "faults",
                 "data", "devices", "phase_links")
@@ -311,33 +309,6 @@ class Scenario(StrictModel):
 
 
 # ----------------------------------------------------------------------------- loading
-def _known_fields() -> dict[str, list[str]]:
-    known = {
-        "": field_names(Scenario),
-        "cluster": field_names(ClusterSpec),
-        "cluster.topology": field_names(TopologySpec),
-        "cluster.device": field_names(DeviceSpec),
-        "cluster.link": field_names(LinkSpec),
-        "workload": field_names(WorkloadSpec),
-        "workload.model": field_names(ModelSpec),
-        "workload.parallelism": field_names(ParallelismSpec),
-        "workload.sharding": field_names(ShardingSpec),
-        "network": field_names(NetworkSpec),
-        "simulation": field_names(SimulationSpec),
-        "simulation.limits": field_names(LimitsSpec),
-        "power": field_names(PowerSpec),
-        "memory": field_names(MemorySpec),
-        "memory.service": field_names(ServiceSpec),
-        "memory.op": field_names(OpSpec),
-        "memory.dma": field_names(DmaSpec),
-        "overlap": field_names(OverlapSpec),
-        "data": field_names(DataSpec),
-        "data.host": field_names(HostSpec),
-        "trace": field_names(TraceSpec),
-    }
-    return known
-
-
 def parse_override(text: str) -> tuple[str, Any]:
     """Split ``dotted.key=value``; the value is parsed as YAML (``4``, ``[4, 4]``, ``fp8``)."""
     if "=" not in text:
@@ -442,7 +413,7 @@ def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) 
         scen = Scenario.model_validate(raw)
     except ValidationError as exc:
         problems = merge_problems(problems, problems_from_validation(
-            exc, known_fields=_known_fields()))
+            exc, model=Scenario, document=raw))
     if problems:
         raise ScenarioError(_unique(problems), source=source)
     from twin.budget import check_budget

@@ -258,7 +258,9 @@ def _message(etype: str, msg: str) -> str:
 
 
 def problems_from_validation(exc: ValidationError, prefix: str = "",
-                             known_fields: dict[str, list[str]] | None = None) -> list[Problem]:
+                             known_fields: dict[str, list[str]] | None = None,
+                             model: type[BaseModel] | None = None,
+                             document: Any = None) -> list[Problem]:
     """Turn a pydantic ``ValidationError`` into user-facing :class:`Problem` s.
 
     Messages are in the scenario's words: the dotted field path, the value given and what
@@ -270,6 +272,9 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
         prefix: dotted path to prepend (e.g. ``cluster.device``).
         known_fields: optional map from a dotted parent path to its allowed keys, used to
             tell the user which keys exist when they gave an unknown one.
+        model, document: the model validated and the document given to it: an unknown key
+            whose parent ``known_fields`` does not name is answered with the keys of the
+            model found there (:func:`model_at`).
     """
     entries: dict[str, list[Any]] = {}  # path -> [message, value, wants]; first error first
     for err in exc.errors():
@@ -295,8 +300,11 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
             path = union_path
         if etype == "extra_forbidden":
             parent = path.rsplit(".", 1)[0] if "." in path else ""
-            entries[path] = ["unknown key", None, [", ".join((known_fields or {}).get(parent,
-                                                                                   []))]]
+            keys = (known_fields or {}).get(parent)
+            if keys is None and model is not None:
+                at = model_at(model, [p for p in raw_loc[:-1] if not _is_tag(p)], document)
+                keys = field_names(at) if at is not None else []
+            entries[path] = ["unknown key", None, [", ".join(keys or [])]]
         elif etype == "missing" and raw_loc and isinstance(raw_loc[-1], int):
             # a fixed-length list (a tuple) given too few items: pydantic reports each absent
             # position, up to the last; one problem at the list's own path
@@ -327,6 +335,77 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
 def field_names(model: type[BaseModel]) -> list[str]:
     """The keys a model accepts (for 'allowed' hints)."""
     return list(model.model_fields)
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The alternatives of a field's type: ``Annotated`` and unions (``Optional``) unwrapped."""
+    out, todo = [], [annotation]
+    while todo:
+        a = todo.pop(0)
+        origin = typing.get_origin(a)
+        if origin is Annotated:
+            todo.insert(0, typing.get_args(a)[0])
+        elif origin is typing.Union or origin is types.UnionType:
+            todo[:0] = typing.get_args(a)
+        else:
+            out.append(a)
+    return out
+
+
+def _is_model(a: Any) -> bool:
+    return isinstance(a, type) and issubclass(a, BaseModel)
+
+
+def _chosen(members: list[Any], node: Any) -> list[Any]:
+    """The model members of a union that the document's mapping ``node`` selects: those
+    whose literal-only fields (a discriminator such as ``kind`` or ``dist``) all match its
+    values."""
+    models = [m for m in members if _is_model(m)]
+    if len(models) < 2 or not isinstance(node, dict):
+        return models
+
+    def matches(m: type[BaseModel]) -> bool:
+        for name, f in m.model_fields.items():
+            alts = _members(f.annotation)
+            if name in node and all(typing.get_origin(a) is Literal for a in alts) and not any(
+                    node[name] in typing.get_args(a) for a in alts):
+                return False
+        return True
+    return [m for m in models if matches(m)] or models
+
+
+def model_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...],
+             document: Any = None) -> type[BaseModel] | None:
+    """The model that validates the mapping at ``loc`` (keys and list indices, as in a
+    pydantic error location without union tags) of a document of ``model``: the field types
+    walked through models, lists, tuples, mappings and unions. A union of models is resolved
+    by the ``document``'s mapping there (its discriminator, e.g. a fault's ``kind``) when
+    given. None where no single model does (a scalar, an unresolved union)."""
+    ann: Any = model
+    node = document
+    for seg in loc:
+        nxt = None
+        for m in _members(ann):
+            origin = typing.get_origin(m)
+            if isinstance(seg, int) and origin in (list, tuple):
+                args = [a for a in typing.get_args(m) if a is not Ellipsis]
+                nxt = args[min(seg, len(args) - 1)] if origin is tuple and args else (
+                    args[0] if args else None)
+            elif isinstance(seg, str) and origin is dict:
+                nxt = typing.get_args(m)[1]
+            elif isinstance(seg, str) and _is_model(m) and m in _chosen(_members(ann), node) \
+                    and seg in m.model_fields:
+                nxt = m.model_fields[seg].annotation
+            if nxt is not None:
+                break
+        if nxt is None:
+            return None
+        ann = nxt
+        inside = (isinstance(node, dict) and seg in node) or (
+            isinstance(node, list) and isinstance(seg, int) and seg < len(node))
+        node = node[seg] if inside else None
+    found = _chosen(_members(ann), node)
+    return found[0] if len(found) == 1 else None
 
 
 def read_yaml(path: str | Path, what: str = "scenario") -> Any:
