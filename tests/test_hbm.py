@@ -325,6 +325,17 @@ def test_refresh_fraction_is_the_windows_share_of_the_run():
     assert simulate(spec, req, refresh=False).refresh_fraction == 0.0
 
 
+def test_an_empty_stream_has_no_requests_and_no_problem():
+    """A stream of 0 bytes or 0 requests is valid and makes no request; a negative one is
+    refused."""
+    spec = load_hbm_spec("hbm3")
+    for empty in (StreamSpec(nbytes=0), StreamSpec(n_requests=0)):
+        assert empty.problems("s") == [] and empty.count(spec) == 0
+        assert len(generate_requests(spec, np.random.default_rng(1), [empty])) == 0
+    assert StreamSpec(nbytes=spec.burst_bytes + 1).count(spec) == 2  # bursts, rounded up
+    assert [p.path for p in StreamSpec(n_requests=-1).problems("s")] == ["s.n_requests"]
+
+
 def test_generator_is_seeded_sorted_and_labels_streams():
     spec = load_hbm_spec("hbm3")
     streams = [StreamSpec(nbytes=64 * 1000, read_fraction=0.5, row_locality=0.9),
@@ -340,6 +351,9 @@ def test_generator_is_seeded_sorted_and_labels_streams():
     assert np.all(np.diff(a.arrival_s) >= 0)
     assert set(np.unique(a.stream)) == {0, 7}
     assert not a.is_write[a.stream == 0].all() and a.is_write[a.stream == 7].all()
+    # stream 0 writes with probability 1 - read_fraction = 0.5: 2000 Bernoulli draws, within
+    # 4 standard errors (sqrt(0.25 / 2000) = 1.1%)
+    assert abs(a.is_write[a.stream == 0].mean() - 0.5) <= 4 * np.sqrt(0.25 / 2000)
     # Poisson stream of 32 B requests at 1e11 B/s: exponential gaps of mean 32 / 1e11 s; the
     # sample mean within 4 standard errors (SE from the gaps themselves, ~4.5% for 499)
     gaps = np.diff(a.arrival_s[a.stream == 7])
