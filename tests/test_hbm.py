@@ -307,6 +307,9 @@ def test_aggregates_and_per_stream_statistics():
     one = simulate(spec, requests([0], [0], [0], [5]))
     assert (one.row_hit_rate, one.row_miss_rate, one.row_conflict_rate) == (0.0, 1.0, 0.0)
     assert one.completion_s.max() < spec.tREFI_ns * NS and one.refresh_fraction == 0.0
+    # its makespan is its own sojourn: a miss's activate, CAS latency and burst after t = 0
+    assert one.makespan_s == one.completion_s[0] - one.requests.arrival_s[0] > 0.0
+    assert one.makespan_s >= (spec.tRCD_ns + spec.tCL_ns) * NS + spec.burst_time_s
 
 
 def test_refresh_fraction_is_the_windows_share_of_the_run():
