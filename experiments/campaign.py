@@ -57,7 +57,7 @@ from experiments.many import (
     read_base,
 )
 from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.schema import StrictModel, field_names
+from twin.kernel.schema import StrictModel
 
 #: Summary keys copied into the results table (scalars; SI units in the names).
 SUMMARY_COLUMNS = (
@@ -144,8 +144,7 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
         ScenarioError: every problem, with its field path (``grid.<key>``, ``seeds``, ...).
     """
     spec, where, root = load_spec_file(path, CampaignSpec, "campaign",
-                                       "name, base, seeds, grid, ...",
-                                       {"": field_names(CampaignSpec)})
+                                       "name, base, seeds, grid, ...")
     problems: list[Problem] = []
     seeds = _seeds(spec)
     if not seeds:

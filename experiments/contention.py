@@ -39,7 +39,7 @@ from pydantic import Field
 
 from experiments.many import JsonLines, ManyRunsCommand, TaskRunner, atomic_write_table
 from twin.kernel.errors import Problem, ScenarioError
-from twin.kernel.schema import StrictModel, field_names
+from twin.kernel.schema import StrictModel
 
 #: Columns of ``cells.csv``.
 COLUMNS = ("configuration", "concurrency", "service", "iteration_time_mean_s",
@@ -74,9 +74,7 @@ def load_map(path: str | Path) -> tuple[ContentionMap, list[dict[str, Any]]]:
     from twin.scenario import load_scenario
 
     spec, source, here = load_spec_file(path, ContentionMap, "contention map",
-                                        "name, configurations, concurrency, services",
-                                        {"": field_names(ContentionMap),
-                                         "configurations.*": field_names(Configuration)})
+                                        "name, configurations, concurrency, services")
     problems: list[Problem] = []
     by_cell: dict[tuple[str, str, str, str], tuple[list[str], Any]] = {}  # once per problem
     tasks: list[dict[str, Any]] = []

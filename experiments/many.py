@@ -50,7 +50,7 @@ from twin.kernel.schema import (
 
 # ----------------------------------------------------------------------------- input files
 def load_spec_file(path: str | Path | dict[str, Any], model: type[BaseModel], what: str,
-                   keys: str, known_fields: dict[str, list[str]]) -> tuple[Any, str, Path]:
+                   keys: str) -> tuple[Any, str, Path]:
     """Read and validate a campaign or sweep file.
 
     Args:
@@ -59,7 +59,6 @@ def load_spec_file(path: str | Path | dict[str, Any], model: type[BaseModel], wh
         model: the file's schema.
         what: what the file is, for messages (``campaign``, ``sweep``).
         keys: its main keys, for the message when the file is not a mapping.
-        known_fields: allowed keys by dotted parent path (for unknown-key messages).
 
     Returns:
         ``(spec, source, folder)``: the validated model, the name used in messages and the
@@ -79,7 +78,7 @@ def load_spec_file(path: str | Path | dict[str, Any], model: type[BaseModel], wh
         spec = model.model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(merge_problems(big, problems_from_validation(
-            exc, known_fields=known_fields, model=model, document=raw)),
+            exc, model=model, document=raw)),
             source=source) from None
     if big:
         raise ScenarioError(big, source=source)

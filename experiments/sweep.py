@@ -43,7 +43,6 @@ from experiments.many import MAX_RUNS, load_spec_file, read_base
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
     StrictModel,
-    field_names,
     problems_from_validation,
 )
 
@@ -144,14 +143,6 @@ class SweepSpec(StrictModel):
     reference_point: tuple[float, float] | None = Field(
         default=None, description="hypervolume reference point in objective units "
                                   "(default: nadir of all fronts + 10% of their span)")
-
-
-_KNOWN = {
-    "": field_names(SweepSpec),
-    "nsga2": field_names(NSGA2Spec),
-    "robust": field_names(RobustSpec),
-    "shape": field_names(ShapeSpec),
-}
 
 
 class ParallelismSpace(StrictModel):
@@ -414,8 +405,7 @@ def load_sweep(path: str | Path | dict[str, Any]) -> Sweep:
     Raises:
         ScenarioError: listing every problem, each with its field path in the sweep file.
     """
-    spec, source, here = load_spec_file(path, SweepSpec, "sweep", "name, base, space, ...",
-                                        _KNOWN)
+    spec, source, here = load_spec_file(path, SweepSpec, "sweep", "name, base, space, ...")
     problems: list[Problem] = []
     base = read_base(spec.base, here, problems)
     if base is None:
@@ -521,7 +511,7 @@ def _parse_parallelism(value: Any, n_dev: int, where: str,
                 limits = ParallelismSpace.model_validate(value)
             except ValidationError as exc:
                 problems.extend(problems_from_validation(
-                    exc, prefix=where, known_fields={where: ["dp", "tp", "pp"]}))
+                    exc, prefix=where, model=ParallelismSpace, document=value))
                 return None
         for t in factorizations(n_dev):
             ok = all(lim is None or v in lim

@@ -853,3 +853,34 @@ def test_an_unknown_key_anywhere_in_a_library_scenario_lists_the_keys_allowed_th
                 path.name, dotted, p.allowed)
             checked += 1
     assert checked > 100
+
+
+def test_an_unknown_key_in_campaign_sweep_and_map_files_lists_the_keys_allowed_there(
+        monkeypatch):
+    """The multi-run files too: a contention map's configuration (a mapping of named
+    configurations; its keys were not found before), a sweep's NSGA-II section and its
+    parallelism space, a campaign's top level."""
+    from experiments.campaign import load_campaign
+    from experiments.contention import load_map
+    from experiments.sweep import load_sweep
+    from twin.kernel.errors import ScenarioError
+
+    monkeypatch.chdir(ROOT / "scenarios")  # the files' bases are relative to them
+
+    def allowed(load, name, edit):
+        doc = yaml.safe_load((ROOT / "scenarios" / name).read_text())
+        edit(doc)
+        with pytest.raises(ScenarioError) as exc:
+            load(doc)
+        return {p.path: p.allowed for p in exc.value.problems if p.message == "unknown key"}
+
+    got = allowed(load_map, "contention_map.yaml",
+                  lambda d: d["configurations"]["bandwidth"].update(bogus=1))
+    assert got == {"configurations.bandwidth.bogus": "base, set"}
+    got = allowed(load_sweep, "sweep_small.yaml", lambda d: d.update(nsga2={"bogus": 1}))
+    assert got == {"nsga2.bogus": "pop_size, generations, seed, max_evaluations, patience"}
+    got = allowed(load_sweep, "sweep_small.yaml",
+                  lambda d: d["space"].update(parallelism={"dp": [1], "bogus": [2]}))
+    assert got == {"space.parallelism.bogus": "dp, tp, pp"}
+    got = allowed(load_campaign, "campaign_faults.yaml", lambda d: d.update(bogus=1))
+    assert got["bogus"].startswith("name, description, base, seeds, seed_start, overrides")

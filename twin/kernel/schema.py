@@ -258,7 +258,6 @@ def _message(etype: str, msg: str) -> str:
 
 
 def problems_from_validation(exc: ValidationError, prefix: str = "",
-                             known_fields: dict[str, list[str]] | None = None,
                              model: type[BaseModel] | None = None,
                              document: Any = None) -> list[Problem]:
     """Turn a pydantic ``ValidationError`` into user-facing :class:`Problem` s.
@@ -270,11 +269,8 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
     Args:
         exc: the pydantic error.
         prefix: dotted path to prepend (e.g. ``cluster.device``).
-        known_fields: optional map from a dotted parent path to its allowed keys, used to
-            tell the user which keys exist when they gave an unknown one.
         model, document: the model validated and the document given to it: an unknown key
-            whose parent ``known_fields`` does not name is answered with the keys of the
-            model found there (:func:`model_at`).
+            is answered with the keys of the model found at its parent (:func:`model_at`).
     """
     entries: dict[str, list[Any]] = {}  # path -> [message, value, wants]; first error first
     for err in exc.errors():
@@ -299,12 +295,10 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
                 wants = f"{wants} at {path[len(union_path) + 1:]}"
             path = union_path
         if etype == "extra_forbidden":
-            parent = path.rsplit(".", 1)[0] if "." in path else ""
-            keys = (known_fields or {}).get(parent)
-            if keys is None and model is not None:
-                at = model_at(model, [p for p in raw_loc[:-1] if not _is_tag(p)], document)
-                keys = field_names(at) if at is not None else []
-            entries[path] = ["unknown key", None, [", ".join(keys or [])]]
+            at = None if model is None else model_at(
+                model, [p for p in raw_loc[:-1] if not _is_tag(p)], document)
+            entries[path] = ["unknown key", None,
+                             [", ".join(field_names(at)) if at is not None else ""]]
         elif etype == "missing" and raw_loc and isinstance(raw_loc[-1], int):
             # a fixed-length list (a tuple) given too few items: pydantic reports each absent
             # position, up to the last; one problem at the list's own path
