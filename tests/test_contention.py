@@ -243,6 +243,7 @@ def test_pcie_switch_shares_uplink_and_port():
 
 @pytest.mark.parametrize("bad", ["overlap.tp_chunks=0", "overlap.tp_chunks=65",
                                  "overlap.dp_streams=99", "overlap.dp_streams=17",
+                                 "overlap.dp_streams=0",
                                  "overlap.tp_comm=maybe", "memory.bound=sometimes",
                                  "data.pcie_switch=dgx-z9"])
 def test_bad_overlap_keys_are_refused(bad):
@@ -257,6 +258,9 @@ def test_overlap_bounds_are_accepted_and_sm_sharing_is_off_by_default():
     scen = load_scenario(SC / "data_starved.yaml").replace(["overlap.tp_chunks=64",
                                                             "overlap.dp_streams=16"])
     assert (scen.overlap.tp_chunks, scen.overlap.dp_streams) == (64, 16)
+    low = load_scenario(SC / "data_starved.yaml").replace(["overlap.tp_chunks=1",
+                                                           "overlap.dp_streams=1"])
+    assert (low.overlap.tp_chunks, low.overlap.dp_streams) == (1, 1)
     # a roofline run that does not ask for it shares no SMs with its collectives
     s = run(load_scenario(ROOT / "scenarios" / "quickstart.yaml").replace([
         "workload.iterations=1", "trace.enabled=false"])).summary

@@ -336,6 +336,12 @@ def test_an_empty_stream_has_no_requests_and_no_problem():
         assert empty.problems("s") == [] and empty.count(spec) == 0
         assert len(generate_requests(spec, np.random.default_rng(1), [empty])) == 0
     assert StreamSpec(nbytes=spec.burst_bytes + 1).count(spec) == 2  # bursts, rounded up
+    # simulated, an empty stream is an empty run: no time, no bandwidth, no rates
+    res = simulate(spec, generate_requests(spec, np.random.default_rng(1),
+                                           [StreamSpec(n_requests=0)]))
+    assert (res.makespan_s, res.bandwidth_bytes_per_s, res.refresh_fraction) == (0.0, 0.0, 0.0)
+    assert (res.row_hit_rate, res.row_miss_rate, res.row_conflict_rate) == (0.0, 0.0, 0.0)
+    assert res.per_stream().empty
     assert [p.path for p in StreamSpec(n_requests=-1).problems("s")] == ["s.n_requests"]
 
 
