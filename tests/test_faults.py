@@ -287,9 +287,11 @@ def test_energy_over_windows_by_hand():
     assert window_overlap(seg, []) == 0.0
 
 
-def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
-    """Device 5 fails at t_f: lost = t_f - last commit, the job is down restart_s, the
-    makespan grows by exactly lost + restart_s; energy and bytes close.
+@pytest.mark.parametrize("where", [1.6, 0.6])
+def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path, where):
+    """Device 5 fails at t_f (inside the second checkpoint segment, or the first, before
+    any commit): lost = t_f - last commit, the job is down restart_s, the makespan grows by
+    exactly lost + restart_s; energy and bytes close.
 
     The thermal model is off here: with it, the work redone after the downtime runs on
     cooler dies (less leakage), so the energy identity holds only to ~1e-4."""
@@ -297,12 +299,12 @@ def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
     ck = _run(_scen(faults=[], job=JOB, workload__iterations=6, power=cool))
     t_it = _run(_scen(workload__iterations=1, power=cool)).summary["iteration_time_s"]
     seg = 2 * t_it + JOB["checkpoint_write_s"]          # iterations per checkpoint x time + write
-    t_f = 1.6 * seg                           # inside the second segment
+    t_f = where * seg
     fail = {"kind": "accelerator_failure", "device": 5, "time_s": t_f}
     res = _run(_scen(tmp_path, job=JOB, faults=[fail], trace=True, workload__iterations=6,
                      power=cool))
     s, s0 = res.summary, ck.summary
-    lost = t_f - seg
+    lost = t_f - seg * int(where)  # since the last commit (none in the first segment)
     assert s["restarts"] == 1 and s["interruptions"] == 1 and s["completed"]
     assert s["lost_work_s"] == pytest.approx(lost, rel=1e-9)
     assert s["downtime_s"] == pytest.approx(JOB["restart_s"], rel=1e-9)
@@ -322,9 +324,11 @@ def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path):
     assert list(zip(faults.kind, faults.action, strict=True)) == [
         ("accelerator_failure", "fail"), ("restart", "resume")]
     assert faults.time_s.iloc[1] == pytest.approx(t_f + JOB["restart_s"])
-    # the restart lands on the first iteration redone (iteration 2)
+    # the restart lands on the first iteration redone (iteration 2, or 0 before any commit)
     extra = np.array(res.iteration_times_s) - np.array(ck.iteration_times_s)
-    np.testing.assert_allclose(extra, [0, 0, lost + JOB["restart_s"], 0, 0, 0], atol=1e-9)
+    want = np.zeros(6)
+    want[2 * int(where)] = lost + JOB["restart_s"]
+    np.testing.assert_allclose(extra, want, atol=1e-9)
 
 
 def test_a_failure_while_an_overlapped_tp_block_waits_for_its_gather():

@@ -78,15 +78,12 @@ class Failure:
     Attributes:
         time_s: when it happened, s.
         target: what failed (e.g. ``device 3``).
-        lost_s: work thrown away, s (0 when the job was already down).
-        segment_start_s: start of the segment whose work was lost, s.
-        while_down: the job was restarting already.
+        while_down: the job was restarting already (no work lost; the work a failure
+            throws away is its window in :attr:`JobLog.lost_windows`).
     """
 
     time_s: float
     target: str
-    lost_s: float
-    segment_start_s: float
     while_down: bool
 
 
@@ -191,11 +188,10 @@ class JobController:
             return False
         now = self.env.now
         if not self.up:
-            self.log.failures.append(Failure(now, target, 0.0, self.segment_start, True))
+            self.log.failures.append(Failure(now, target, True))
             self._arm_restart()
             return True
-        lost = now - self.segment_start
-        self.log.failures.append(Failure(now, target, lost, self.segment_start, False))
+        self.log.failures.append(Failure(now, target, False))
         self.log.lost_windows.append((self.segment_start, now))
         if self.network_energy is not None:
             self.log.lost_network_j += self.network_energy() - self._net0
