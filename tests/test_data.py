@@ -461,3 +461,12 @@ def test_the_shared_pcie_fabric_is_the_switch_the_scenario_names(monkeypatch, sw
         want = tuple(raw[k]["value"] for k in ("gpus_per_switch", "port_gbps", "uplink_gbps"))
     got = (pcie.spec.gpus_per_switch, pcie.spec.port_gbps, pcie.spec.uplink_gbps)
     assert got == pytest.approx(want)
+
+
+def test_the_prefetch_queue_is_two_microbatches_per_worker_unless_given():
+    """README: ``data.prefetch_batches`` defaults to 2 x workers (PyTorch's prefetch_factor
+    2 per worker); a value given is taken as is."""
+    from workloads.data import DataSpec
+
+    assert [DataSpec(workers=w).depth for w in (1, 3, 8)] == [2, 6, 16]
+    assert DataSpec(workers=3, prefetch_batches=1).depth == 1

@@ -644,3 +644,18 @@ def test_a_detour_through_switches_is_preferred_to_relaying_through_a_gpu():
     path = r.nodes(3, 7)
     assert len(path) == 7
     assert all(v >= t.n_devices for v in path[1:-1]), path
+
+
+@pytest.mark.parametrize("kw, leaves", [({"nics_per_node": 2}, (2, 1)),
+                                        ({"nics_per_node": 1, "nodes_per_leaf": 1}, (1, 2))])
+def test_two_leaves_are_joined_by_spines(kw, leaves):
+    """Two GPUs per node, two nodes: two rails on one leaf group, or one rail over two leaf
+    groups, give two leaves; the network joins them through ceil(hosts / oversubscription)
+    spines (2 and 1 here), so every pair of leaves is connected by switch links alone."""
+    t = build_topology("switched", (2, 2), "nvs", 18, nic_link="ib", **kw)
+    ft = t.fat_tree
+    assert ft.leaves.shape == leaves
+    hosts = 2 if kw.get("nodes_per_leaf") is None else 1
+    assert len(ft.spines) == hosts
+    switches = nx.Graph(t.graph.subgraph([*ft.leaves.ravel().tolist(), *ft.spines]))
+    assert nx.is_connected(switches)
