@@ -659,3 +659,18 @@ def test_two_leaves_are_joined_by_spines(kw, leaves):
     assert len(ft.spines) == hosts
     switches = nx.Graph(t.graph.subgraph([*ft.leaves.ravel().tolist(), *ft.spines]))
     assert nx.is_connected(switches)
+
+
+@pytest.mark.parametrize("kw, nics", [({}, 8), ({"nics_per_node": 2}, 4)])
+def test_switched_edges_by_tier(kw, nics):
+    """Two nodes of four GPUs: a GPU-NVSwitch edge holds the links_per_edge NVLinks; a NIC
+    edge is one port (a GPU's own NIC, or one of a node's shared NICs from its NVSwitch to
+    its rail's leaf) and a leaf-spine edge one link (every leaf, one per rail, to each of
+    the ceil(2 hosts / 1) = 2 spines); no switched edge belongs to a grid dimension (dim -1
+    in the trace's links table)."""
+    from collections import Counter
+
+    t = build_topology("switched", (4, 2), "nvs", 18, nic_link="ib", **kw)
+    got = Counter((d["tier"], d["dim"], d["count"]) for _u, _v, d in t.graph.edges(data=True))
+    rails = kw.get("nics_per_node", 4)
+    assert got == {("nvlink", -1, 18): 8, ("nic", -1, 1): nics, ("spine", -1, 1): 2 * rails}
