@@ -131,3 +131,18 @@ def test_fused_attention_fractions_fall_back_to_the_matmul_efficiency():
     fwd_only = _h100(attention_efficiency={"fwd": 0.6})
     assert fwd_only.attention_fraction("fwd", "flash") == 0.6
     assert fwd_only.attention_fraction("bwd", "flash") == low
+
+
+def test_hbm_access_energy_is_bounded_at_ten_thousand_pj_per_bit():
+    """``hbm_pj_per_bit`` at most 1e4 (a thousand times DRAM's ~10 pJ/bit): the bound is
+    taken, one pJ more is refused naming the field."""
+    from pathlib import Path
+
+    from twin.kernel.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    quick = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+    ok = load_scenario(quick, ["cluster.device.hbm_pj_per_bit=10000"])
+    assert ok.cluster.device.hbm_pj_per_bit == 1e4
+    with pytest.raises(ScenarioError, match=r"cluster\.device\.hbm_pj_per_bit"):
+        load_scenario(quick, ["cluster.device.hbm_pj_per_bit=10001"])
