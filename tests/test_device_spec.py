@@ -135,14 +135,17 @@ def test_fused_attention_fractions_fall_back_to_the_matmul_efficiency():
 
 def test_hbm_access_energy_is_bounded_at_ten_thousand_pj_per_bit():
     """``hbm_pj_per_bit`` at most 1e4 (a thousand times DRAM's ~10 pJ/bit): the bound is
-    taken, one pJ more is refused naming the field."""
+    taken, one pJ more is refused naming the field; a link's ``lanes`` from 1."""
     from pathlib import Path
 
     from twin.kernel.errors import ScenarioError
     from twin.scenario import load_scenario
 
     quick = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
-    ok = load_scenario(quick, ["cluster.device.hbm_pj_per_bit=10000"])
+    ok = load_scenario(quick, ["cluster.device.hbm_pj_per_bit=10000", "cluster.link.lanes=1"])
     assert ok.cluster.device.hbm_pj_per_bit == 1e4
+    assert ok.cluster.link.lanes == 1  # one electrical lane is a link; none is not
+    with pytest.raises(ScenarioError, match=r"cluster\.link\.lanes"):
+        load_scenario(quick, ["cluster.link.lanes=0"])
     with pytest.raises(ScenarioError, match=r"cluster\.device\.hbm_pj_per_bit"):
         load_scenario(quick, ["cluster.device.hbm_pj_per_bit=10001"])
