@@ -379,7 +379,9 @@ def model_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...],
     node = document
     for seg in loc:
         nxt = None
-        for m in _members(ann):
+        members = _members(ann)
+        chosen = _chosen(members, node)
+        for m in members:
             origin = typing.get_origin(m)
             if isinstance(seg, int) and origin in (list, tuple):
                 args = [a for a in typing.get_args(m) if a is not Ellipsis]
@@ -387,8 +389,7 @@ def model_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...],
                     args[0] if args else None)
             elif isinstance(seg, str) and origin is dict:
                 nxt = typing.get_args(m)[1]
-            elif isinstance(seg, str) and _is_model(m) and m in _chosen(_members(ann), node) \
-                    and seg in m.model_fields:
+            elif isinstance(seg, str) and m in chosen and seg in m.model_fields:
                 nxt = m.model_fields[seg].annotation
             if nxt is not None:
                 break
