@@ -149,7 +149,9 @@ class ManyRunsCommand:
         """Declare the command's own arguments (none by default)."""
 
     def run(self, args: argparse.Namespace) -> int:
-        """Load the input, compute on the client the arguments ask for, report."""
+        """Check the worker count, load the input, compute on the client the arguments ask
+        for, report."""
+        check_workers(args)
         job = self.load(args)
         check_output_dir(args.output)
         with client_from_args(args) as client:
@@ -192,16 +194,20 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
                                        "directory must be on a file system the workers share)")
 
 
-def client_from_args(args: argparse.Namespace):
-    """Context manager yielding the Dask client the arguments ask for (None for
-    ``--workers 0``); a negative worker count, or more than :func:`max_workers` processes
-    (each loads the twin: a count by the thousand would fork the machine to death), is a
-    field-named error."""
+def check_workers(args: argparse.Namespace) -> None:
+    """A negative ``--workers``, or more than :func:`max_workers` processes (each loads the
+    twin: a count by the thousand would fork the machine to death), is a field-named error."""
     most = max_workers()
     if args.workers is not None and not 0 <= args.workers <= most:
         raise ScenarioError([Problem(
             "--workers", "must be >= 0" if args.workers < 0 else "more worker processes than "
             "this machine can use", args.workers, f"0 (no Dask) .. {most} (four per core)")])
+
+
+def client_from_args(args: argparse.Namespace):
+    """Context manager yielding the Dask client the arguments ask for (None for
+    ``--workers 0``) after :func:`check_workers`."""
+    check_workers(args)
     if args.workers == 0:
         return nullcontext(None)
     return dask_client(args.workers, args.scheduler)
