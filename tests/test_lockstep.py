@@ -42,6 +42,7 @@ def _summary(*args, **kwargs) -> dict:
     return run(load_scenario(_scenario(*args, **kwargs))).summary
 
 
+@pytest.mark.slow  # seven runs of the jittered 8x8 torus (~20 s): `make test-slow`
 def test_step_model_converges_to_lockstep_as_barriers_get_finer():
     """The barrier's discretization alone: the links' hop latency is set to 0 (the data-
     parallel rings' members here are 2-4 hops apart, and what they pay beyond the nearest
