@@ -206,8 +206,7 @@ def check_workers(args: argparse.Namespace) -> None:
 
 def client_from_args(args: argparse.Namespace):
     """Context manager yielding the Dask client the arguments ask for (None for
-    ``--workers 0``) after :func:`check_workers`."""
-    check_workers(args)
+    ``--workers 0``); the worker count was checked by :func:`check_workers` first."""
     if args.workers == 0:
         return nullcontext(None)
     return dask_client(args.workers, args.scheduler)
