@@ -370,6 +370,41 @@ def check_power(spec: PowerSpec, device, pp: int) -> list[Problem]:
     return problems
 
 
+def _worst_temp_c(dev: DevicePower) -> float:
+    """Temperature at which cap decisions evaluate leakage: the throttle limit, else the
+    leakage reference temperature, C."""
+    return dev.thermal.limit_c if dev.thermal else dev.leak_ref_c
+
+
+def _transition_latency_s(spec: PowerSpec, dev: DevicePower) -> float | None:
+    """The DVFS transition latency a run uses: the scenario's, else the device's, s."""
+    lat_us = spec.dvfs.transition_latency_us
+    return lat_us * 1e-6 if lat_us else dev.regulator.latency_s
+
+
+def cap_problems(spec: PowerSpec, device) -> list[Problem]:
+    """An infeasible ``power.cap_w``: below what ``device`` draws idle at its lowest clock,
+    or idle at the top clock while its rail charges during a clock transition (the
+    transition's energy over its latency), both at the temperature cap decisions use
+    (:func:`_worst_temp_c`): the board could not stay under it doing nothing. Empty without
+    a cap. Checked when a scenario is loaded (``twin check``, sweeps record the point as
+    infeasible) and again when a run's :class:`PowerSetup` is built."""
+    cap = spec.cap_w
+    if cap is None:
+        return []
+    dev = DevicePower(device)
+    t = _worst_temp_c(dev)
+    need = dev.regulator.input_power(dev.idle_chip_w(dev.n_states - 1, t))
+    latency = _transition_latency_s(spec, dev)
+    if latency and dev.n_states > 1:
+        e = dev.regulator.transition_energy(dev.volts[0], dev.volts[-1])
+        need = max(need, dev.regulator.input_power(dev.idle_chip_w(0, t)) + e / latency)
+    if cap >= need:
+        return []
+    return [Problem("power.cap_w", f"below what a {device.name} draws idle or during a clock "
+                    f"transition at {t:g} C ({need:.1f} W)", cap, f">= {need:.1f} W")]
+
+
 class PowerSetup:
     """Everything power-related that is fixed for a run: the device model, the clock each
     stage works at, the cap ceilings, transition latency, thermal settings and the manager.
@@ -399,8 +434,7 @@ class PowerSetup:
         if problems:
             raise ScenarioError(problems)
         d = spec.dvfs
-        lat_us = d.transition_latency_us
-        self.latency_s = lat_us * 1e-6 if lat_us else dev.regulator.latency_s
+        self.latency_s = _transition_latency_s(spec, dev)
         self.thermal = dev.thermal if spec.thermal.enabled else None
         self.ambient_c = spec.thermal.ambient_c
         self.class_ambient_c: dict[int, float] = {}  # per-class inlet air (position), C
@@ -436,7 +470,9 @@ class PowerSetup:
         self.cap_w = spec.cap_w if spec.cap_w is not None else dev.spec.tdp_w
         self.cap_ps = {s: 0 for s in range(pp)}
         if spec.cap_w is not None:
-            self._check_cap(spec.cap_w)
+            problems = cap_problems(spec, dev.spec)
+            if problems:
+                raise InfeasibleConfig(problems)
             self.cap_ps = {s: self._cap_state(stage_blocks.get(s, []), spec.cap_w)
                            for s in range(pp)}
         self.manager = None
@@ -447,7 +483,7 @@ class PowerSetup:
     @property
     def worst_temp_c(self) -> float:
         """Temperature at which cap decisions evaluate leakage (the throttle limit), C."""
-        return self.dev.thermal.limit_c if self.dev.thermal else self.dev.leak_ref_c
+        return _worst_temp_c(self.dev)
 
     def initial_temp_c(self, ambient_c: float | None = None, stage: int | None = None) -> float:
         """Die temperature at t = 0 at the ambient (the scenario's, or ``ambient_c`` for a
@@ -505,21 +541,6 @@ class PowerSetup:
         chip = (c.compute_j * dev.dyn_scale[ps] + c.memory_j) / c.duration_s \
             + dev.idle_chip_w(ps, temp_c)
         return dev.regulator.input_power(chip)
-
-    def _check_cap(self, cap: float) -> None:
-        dev = self.dev
-        t = self.worst_temp_c
-        idle = dev.regulator.input_power(dev.idle_chip_w(dev.n_states - 1, t))
-        worst_tr = 0.0
-        if self.latency_s and dev.n_states > 1:
-            # transitions power: idle at the higher voltage + the rail charge over the latency
-            e = dev.regulator.transition_energy(dev.volts[0], dev.volts[-1])
-            worst_tr = dev.regulator.input_power(dev.idle_chip_w(0, t)) + e / self.latency_s
-        need = max(idle, worst_tr)
-        if cap < need:
-            raise InfeasibleConfig([Problem(
-                "power.cap_w", f"below what a {dev.spec.name} draws idle or during a clock "
-                f"transition at {t:g} C ({need:.1f} W)", cap, f">= {need:.1f} W")])
 
     def _cap_state(self, blocks: list, cap: float) -> int:
         """Fastest P-state at which every block of a stage stays under ``cap`` (at the

@@ -15,6 +15,7 @@ and ``brentq`` in ``tests/test_thermal_reference.py``).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import simpy
@@ -370,17 +371,12 @@ def _two_state_h100() -> DeviceSpec:
     return device("h100-sxm", p_states=states)
 
 
-@pytest.mark.parametrize("two_states", [True, False])
-def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
-    """``power.cap_w`` below what the board draws idle at the lowest P-state, or during a clock
-    transition (idle at the top voltage + the rail charge ``C/2 |V0^2 - V1^2|`` spread over the
-    latency), both at the temperature limit, is refused; just above it is accepted. Reference:
-    the catalog definitions solved with brentq and the capacitor law written here."""
-    from twin.kernel.errors import InfeasibleConfig
-
-    s = _two_state_h100() if two_states else device("h100-sxm")
-    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
-    reg = cm.power.regulator
+def _ref_cap_floor(s: DeviceSpec) -> tuple[float, float]:
+    """(idle at the lowest P-state, idle at the top voltage during a clock transition) of
+    ``s`` at its temperature limit, W: the catalog definitions solved with brentq
+    (``ref_unknowns``) and the rail charge ``C/2 |V0^2 - V1^2|`` over the transition latency
+    written here."""
+    reg = ComputeModel(s, "bf16", s.hbm_pj_per_bit).power.regulator
     base, _dyn = ref_unknowns(s, reg)
     states = sorted(s.p_states, key=lambda p: -p[0])
     v0, v1 = states[0][1], states[-1][1]  # the widest swing: top and lowest voltage
@@ -389,6 +385,19 @@ def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
     rail_j = 0.5 * s.regulator_capacitance_mf * 1e-3 * abs(v0 ** 2 - v1 ** 2)
     transition = reg.input_power(base + ref_leak(s, v0, t)) + rail_j / (s.dvfs_transition_us
                                                                          * 1e-6)
+    return idle_low, transition
+
+
+@pytest.mark.parametrize("two_states", [True, False])
+def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
+    """``power.cap_w`` below what the board draws idle at the lowest P-state, or during a clock
+    transition (idle at the top voltage + the rail charge ``C/2 |V0^2 - V1^2|`` spread over the
+    latency), both at the temperature limit, is refused; just above it is accepted."""
+    from twin.kernel.errors import InfeasibleConfig
+
+    s = _two_state_h100() if two_states else device("h100-sxm")
+    cm = ComputeModel(s, "bf16", s.hbm_pj_per_bit)
+    idle_low, transition = _ref_cap_floor(s)
     assert transition > idle_low + 1.0  # the transition sets the floor on this device
     blocks = _blocks()[:3]
     for cap in (transition * (1 - 1e-6), 0.5 * (idle_low + transition)):
@@ -396,6 +405,24 @@ def test_cap_floor_is_idle_or_a_transition_at_the_limit_temperature(two_states):
             PowerSetup(PowerSpec.model_validate({"cap_w": cap}), cm, stage_blocks={0: blocks})
     PowerSetup(PowerSpec.model_validate({"cap_w": transition * (1 + 1e-6)}), cm,
                stage_blocks={0: blocks})
+
+
+def test_an_infeasible_cap_is_refused_when_the_scenario_is_loaded():
+    """The cap floor is checked when a scenario is read (``twin check`` reports it, a sweep
+    records the point as infeasible), not only when its run is built: just below the
+    reference floor an InfeasibleConfig naming ``power.cap_w``, just above a scenario."""
+    import yaml
+
+    from twin.kernel.errors import InfeasibleConfig
+    from twin.scenario import load_scenario
+
+    with open(Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml") as f:
+        raw = yaml.safe_load(f)
+    raw["trace"] = {"enabled": False}
+    floor = max(_ref_cap_floor(device("h100-sxm")))
+    with pytest.raises(InfeasibleConfig, match=r"power\.cap_w"):
+        load_scenario({**raw, "power": {"cap_w": floor * (1 - 1e-6)}})
+    assert load_scenario({**raw, "power": {"cap_w": floor * (1 + 1e-6)}}).power.cap_w > floor
 
 
 def test_cap_below_every_p_state_falls_back_to_the_slowest():

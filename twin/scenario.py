@@ -424,9 +424,11 @@ def _build(raw: Any, overrides: list[str] | dict[str, Any] | None, source: str) 
     problems = check_consistency(scen)
     if problems:
         raise ScenarioError(problems, source=source)
+    from devices.power import cap_problems
     from workloads.feasibility import check_memory
 
-    problems = check_memory(scen.workload, scen.cluster.device)
+    problems = (check_memory(scen.workload, scen.cluster.device)
+                + cap_problems(scen.power, scen.cluster.device))
     if problems:
         raise InfeasibleConfig(problems, source=source)
     scen._sources.update(sources)
