@@ -176,11 +176,18 @@ def check_output_dir(path: str) -> Path:
     naming ``-o`` otherwise), checked before any run starts."""
     from twin.outputs import check_output
 
+    if not path.strip():  # Path("") is the working directory: a slip, not a choice
+        raise ScenarioError([Problem("-o", "not a usable directory name", path,
+                                     "a directory path (created if absent)")])
     p = Path(path)
-    check_output(p / "probe.tmp", "-o", "table")  # sane names; a file can be made inside
     if p.exists() and not p.is_dir():
         raise ScenarioError([Problem("-o", "is a file, not a directory", str(p)[:120],
                                      "a directory (created if absent)")])
+    try:  # sane names; a file can be made inside
+        check_output(p / "probe.tmp", "-o", "table")
+    except ScenarioError as exc:  # name the directory given, not the probe file
+        raise ScenarioError([Problem(q.path, q.message, str(p)[:120], q.allowed)
+                             for q in exc.problems]) from None
     return p
 
 

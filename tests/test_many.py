@@ -110,3 +110,22 @@ def test_a_local_dask_cluster_runs_single_threaded_workers():
 
     with dask_client(2) as client:
         assert sorted(client.nthreads().values()) == [1, 1]
+
+
+@pytest.mark.parametrize("given,message", [
+    ("", "not a usable directory name"),   # Path("") would be the working directory
+    ("FILE", "is a file, not a directory"),
+    ("FILE/sub", "cannot"),                # below a file: the error names the -o given
+])
+def test_an_output_directory_that_cannot_be_one_is_refused_by_its_given_name(
+        tmp_path, given, message):
+    from experiments.many import check_output_dir
+    from twin.kernel.errors import ScenarioError
+
+    (tmp_path / "FILE").write_text("x")
+    path = given.replace("FILE", str(tmp_path / "FILE"))
+    with pytest.raises(ScenarioError, match=message) as err:
+        check_output_dir(path)
+    (problem,) = err.value.problems
+    assert (problem.path, problem.value) == ("-o", path)
+    assert check_output_dir(str(tmp_path / "new" / "dir")) == tmp_path / "new" / "dir"
