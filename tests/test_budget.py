@@ -235,3 +235,68 @@ def test_the_estimates_tensor_parallel_bytes_are_the_runs():
     est = _bytes_per_rank(scen, tc, microbatches(w), w.model.layers)
     s = run(scen).summary
     assert est == pytest.approx(s["bytes_sent"] / s["devices"], rel=1e-12)
+
+
+def test_fixed_fault_windows_stretch_the_run_by_their_own_delays_closed_form():
+    """Worked by hand: windows (onset, length, factor) (0, 1, 2) and (0.5, 1, 3) overlap, so
+    each counts 2 x 3 = 6; (5, 1, 1.5) stands alone. Base run 10 s, blocks of 0.1 s: each
+    window delays the run by its length plus one block at its factor: (1 + 0.6) + (1 + 0.6)
+    + (1 + 0.15) = 4.35 s, bound 1 + 4.35 / 10 = 1.435 (below the product 9). A straggler
+    without a window (factor 2) lasts the whole run: it doubles the blocks and the result:
+    2 x (1 + (3 + 1.2 + 1.2 + 0.3) / 10) = 3.14. Sixty 1.5x windows of 20 ms, 50 ms apart:
+    1 + 60 x (0.02 + 0.15) / 10 = 2.02, not 1.5^60."""
+    from twin.budget import _slowdown
+
+    def scen(faults):
+        d = scenario_dict(faults=[{"kind": "straggler", "device": dev, "factor": f,
+                                   "time_s": t, **({"duration_s": w} if w is not None else {})}
+                                  for dev, t, w, f in faults])
+        return load_scenario(d)
+
+    windows = [(0, 0.0, 1.0, 2.0), (1, 0.5, 1.0, 3.0), (2, 5.0, 1.0, 1.5)]
+    assert _slowdown(scen(windows), 10.0, 0.1) == pytest.approx(1.435, rel=1e-12)
+    assert _slowdown(scen([*windows, (3, 0.0, None, 2.0)]), 10.0, 0.1) == pytest.approx(
+        3.14, rel=1e-12)
+    short = [(i % 8, 0.05 * i, 0.02, 1.5) for i in range(60)]
+    assert _slowdown(scen(short), 10.0, 0.1) == pytest.approx(2.02, rel=1e-12)
+    # windows longer than the run: their product is the smaller bound
+    assert _slowdown(scen([(0, 0.0, 1e6, 10.0), (1, 0.0, 1e6, 10.0)]), 10.0, 0.1) == 100.0
+
+
+def test_fixed_fault_windows_bound_the_simulated_run(tmp_path):
+    """The bound against the simulator, given the clean run's makespan and its longest op
+    (a block): (1) a 20x straggler whose window opens just before the longest compute block
+    of device 0 and closes just after it starts stretches that block whole, a delay of
+    ~19 blocks that the bound's ``F b`` term must cover (the windows' lengths alone would
+    not); (2) random straggler windows on the tiny scenario, each run's makespan below the
+    clean one's times :func:`twin.budget._slowdown`."""
+    import random
+
+    from twin.budget import _slowdown
+    from twin.kernel.trace import read_table
+
+    d = scenario_dict(trace={"path": str(tmp_path / "clean.h5")})
+    clean = run(load_scenario(d))
+    base = clean.summary["makespan_s"]
+    ops = read_table(clean.trace_path, "ops")
+    dur = ops.t_end - ops.t_start
+    block = float(dur.max())
+    comp = ops[(ops.cls == 0) & (ops.kind == "compute")]
+    t_c, b_c = (float(x) for x in comp.loc[dur[comp.index].idxmax(), ["t_start", "t_end"]])
+    b_c -= t_c
+
+    def faulted(faults):
+        scen = load_scenario(scenario_dict(faults=faults, trace={"enabled": False}))
+        return run(scen).summary["makespan_s"], base * _slowdown(scen, base, block)
+
+    got, bound = faulted([{"kind": "straggler", "device": 0, "factor": 20.0,
+                           "time_s": t_c - 1e-7, "duration_s": 2e-7}])
+    assert got - base > 10 * b_c + 2e-7 + block  # far beyond the window and one block
+    assert got <= bound
+    rng = random.Random(5)
+    for _ in range(4):
+        faults = [{"kind": "straggler", "device": rng.randrange(8),
+                   "factor": rng.choice([1.5, 4.0, 20.0]), "time_s": rng.uniform(0, base),
+                   "duration_s": rng.uniform(0, 0.2 * base)} for _ in range(rng.randint(2, 5))]
+        got, bound = faulted(faults)
+        assert got <= bound, faults
