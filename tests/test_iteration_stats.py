@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
 import twin
 from twin.iteration_stats import MIN_CHECK, iteration_report
@@ -181,3 +182,21 @@ def test_the_documented_iteration_counts_of_the_verdict():
     drift = np.linspace(1.0, 2.0, 9)
     assert not iteration_report(drift, random=False)["iteration_time_converged"]
     assert iteration_report(drift[:8], random=False)["iteration_time_converged"]
+
+
+def test_many_heavy_tailed_faults_are_named_in_one_line():
+    """Thirty HBM degradations with a Pareto 1.5 tail (infinite variance) and one with a
+    finite-variance tail: one warning naming the thirty by index runs, not thirty lines."""
+    from twin.summary import index_ranges, infinite_variance_sources
+
+    tail = {"name": "pareto", "alpha": 1.5, "mean": 2.0}
+    faults = [{"kind": "hbm_degradation", "device": 0, "time_s": 0.01 * i, "duration_s": 0.005,
+               "tail": tail if i != 3 else {**tail, "alpha": 2.5}} for i in range(31)]
+    with open("scenarios/quickstart.yaml") as fh:
+        base = yaml.safe_load(fh)
+    scen = twin.load_scenario({**base,
+                               "faults": faults, "trace": {"enabled": False}})
+    assert infinite_variance_sources(scen, {}) == [
+        "faults[0-2, 4-30].tail have infinite variance"]
+    assert index_ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert index_ranges([4]) == "4"

@@ -206,11 +206,25 @@ def infinite_variance_sources(scen, memory_keys: dict[str, Any]) -> list[str]:
     out = []
     if memory_keys.get("memory_variance_infinite"):
         out.append("HBM service time (memory.service) has infinite variance")
-    for i, f in enumerate(scen.faults):
-        dist = f.tail_distribution() if hasattr(f, "tail_distribution") else None
-        if dist is not None and not dist.variance_finite:
-            out.append(f"faults[{i}].tail has infinite variance")
+    heavy = [i for i, f in enumerate(scen.faults)
+             if (d := f.tail_distribution() if hasattr(f, "tail_distribution") else None)
+             is not None and not d.variance_finite]
+    if len(heavy) == 1:
+        out.append(f"faults[{heavy[0]}].tail has infinite variance")
+    elif heavy:  # one line, not one per fault (a campaign of 30 degradations printed 30)
+        out.append(f"faults[{index_ranges(heavy)}].tail have infinite variance")
     return out
+
+
+def index_ranges(indices: list[int]) -> str:
+    """Sorted indices as runs: ``[0, 1, 2, 5, 7, 8]`` -> ``0-2, 5, 7-8``."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _sharding_keys(model: Model, per_device, n_dev: int) -> dict[str, Any]:
