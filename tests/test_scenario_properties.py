@@ -68,8 +68,14 @@ def test_a_list_item_is_set_by_its_index_and_only_if_it_exists():
               "workload.global_batch=32")
     assert s.cluster.topology.shape == (4, 4)
     for bad in ("cluster.topology.shape.2=4", "cluster.topology.shape.x=4"):
-        with pytest.raises(ScenarioError, match="no such list index"):
+        with pytest.raises(ScenarioError, match=r"no such list index.*allowed: 0\.\.1"):
             _scen(bad)
+    # an index into a list the scenario does not give: the list is named, not made a mapping
+    # ("faults: must be a list (given: {'0': ...})")
+    with pytest.raises(ScenarioError, match=r"faults\.0: no such list index: faults is not set"):
+        _scen("faults.0.factor=2")
+    with pytest.raises(ScenarioError, match="allowed: none: empty"):
+        _scen("faults=[]", "faults.0={kind: straggler}")
 
 
 def test_an_explicit_dp_algorithm_must_fit_hybrid_shard_groups_too():

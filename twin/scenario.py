@@ -335,6 +335,10 @@ def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]
             nxt = node[int(part)]
         elif isinstance(node, dict):
             nxt = node.get(part)
+            if nxt is None and parts[i + 1].isdigit():  # an index into a list not given
+                raise ScenarioError([Problem(f"{here}.{parts[i + 1]}", f"no such list index: "
+                                             f"{here} is not set", parts[i + 1],
+                                             f"the whole list, e.g. --set '{here}=[...]'")])
             if nxt is None:
                 nxt = node[part] = {}
             elif isinstance(nxt, str) and here in REFERENCES:
@@ -349,7 +353,8 @@ def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]
     last = parts[-1]
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
-            raise ScenarioError([Problem(key, "no such list index", last)])
+            raise ScenarioError([Problem(key, "no such list index", last,
+                                         f"0..{len(node) - 1}" if node else "none: empty")])
         node[int(last)] = value
     elif isinstance(node, dict):
         if value is None:  # key=null: back to the key's default (an error if it has none)
