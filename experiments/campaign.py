@@ -541,6 +541,7 @@ class CampaignCommand(ManyRunsCommand):
     name = "campaign"
     help = "run a fault campaign (seeds x parameter grid) on Dask; results with CIs"
     input_name = "campaign"
+    input_kind = "campaign"
     input_help = "campaign YAML file (see README: fault campaigns)"
     resume_help = "continue a campaign that was stopped: finished runs are kept"
 

@@ -205,6 +205,7 @@ class ContentionCommand(ManyRunsCommand):
     name = "contention"
     help = "saturation-vs-collapse map of whole training runs (concurrency x HBM service)"
     input_name = "map"
+    input_kind = "contention"
     input_help = "contention map file (e.g. scenarios/contention_map.yaml)"
 
     def load(self, args: argparse.Namespace):

@@ -131,6 +131,7 @@ class ManyRunsCommand:
     name = ""
     help = ""
     input_name = "file"
+    input_kind: str | None = None  # scenario / campaign / sweep / contention (twin.cli)
     input_help = ""
     resume_help = "reuse the runs an earlier (e.g. killed) invocation finished"
     quiet_help = "no progress bar"

@@ -80,3 +80,32 @@ def test_by_default_the_summary_prints_the_contract_keys_and_counts_the_rest():
     text = out.getvalue()
     assert "iteration_time_s" in text and "energy_j" in text
     assert "some_other_key" not in text and "(2 more keys: --all or --json)" in text
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["run", "scenarios/sweep_small.yaml"], "a sweep file, not a scenario file: `twin pareto`"),
+    (["run", "scenarios/contention_map.yaml"], "a contention map file, not a scenario file"),
+    (["campaign", "scenarios/quickstart.yaml", "-o", "OUT", "--workers", "0"],
+     "a scenario file, not a campaign file: `twin run`"),
+    (["pareto", "scenarios/campaign_faults.yaml", "-o", "OUT", "--workers", "0"],
+     "a campaign file, not a sweep file: `twin campaign`"),
+    (["contention", "scenarios/sweep_small.yaml", "-o", "OUT", "--workers", "0"],
+     "a sweep file, not a contention map file"),
+])
+def test_a_file_of_another_kind_is_named_as_such(argv, hint, tmp_path, capsys):
+    """A sweep given to ``twin run`` (and every such mix-up): besides the unknown keys, one
+    line says what the file is and which command runs it; nothing is written."""
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unknown key" in err and f"hint: {argv[1]} is {hint}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_scenario_with_an_unknown_key_gets_no_kind_hint(tmp_path, capsys):
+    """A scenario with a misspelt key is a scenario: no hint about other kinds."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**scenario_dict(), "grid": 1}))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "grid: unknown key" in err and "hint:" not in err

@@ -89,6 +89,8 @@ class Command:
 
     name = ""
     help = ""
+    input_name = ""  # the positional argument naming the input file, if any
+    input_kind: str | None = None  # what that file must be (see :func:`file_kind`)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         """Declare the subcommand's arguments."""
@@ -125,6 +127,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 class RunCommand(Command):
     name = "run"
     help = "simulate a scenario, write its trace and print the summary"
+    input_name = input_kind = "scenario"
 
     def add_arguments(self, p):
         p.add_argument("scenario", help="scenario YAML file")
@@ -216,6 +219,37 @@ def file_kind(raw: Any) -> str:
     if isinstance(raw, dict) and "configurations" in raw and "cluster" not in raw:
         return "contention"
     return "scenario"
+
+
+#: The command that runs each kind of input file.
+RUNS_KIND = {"scenario": "twin run", "campaign": "twin campaign", "sweep": "twin pareto",
+             "contention": "twin contention"}
+
+
+def kind_hint(cmd: Any, args: argparse.Namespace, exc: ScenarioError) -> str | None:
+    """A line for an input file of another kind than the command runs (a sweep given to
+    ``twin run``): its unknown keys are then all the other kind's, and one line saying what
+    the file is helps more than that list. None otherwise, or when the file shows no sign
+    of being another kind (a campaign or sweep needs ``base``, a contention map
+    ``configurations``, a scenario ``cluster`` or ``workload``)."""
+    from twin.kernel.schema import read_yaml
+
+    want = getattr(cmd, "input_kind", None)
+    path = getattr(args, getattr(cmd, "input_name", "") or "_", None)
+    if want is None or not isinstance(path, str) or not any(
+            p.message.startswith("unknown key") for p in exc.problems):
+        return None
+    try:
+        raw = read_yaml(path, "input")
+    except ScenarioError:
+        return None
+    found = file_kind(raw)
+    if found == want or not isinstance(raw, dict) or (
+            found == "scenario" and not {"cluster", "workload"} & set(raw)):
+        return None
+    words = {"contention": "contention map"}
+    return (f"hint: {path[:300]} is a {words.get(found, found)} file, not a "
+            f"{words.get(want, want)} file: `{RUNS_KIND[found]}` runs it")
 
 
 def check_file(path: str, overrides: list[str]) -> str:
@@ -495,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         return args._cmd.run(args)
     except (ScenarioError, TraceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        cmd = args._cmd.load() if isinstance(args._cmd, LazyCommand) else args._cmd
+        hint = kind_hint(cmd, args, exc) if isinstance(exc, ScenarioError) else None
+        if hint:
+            print(hint, file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

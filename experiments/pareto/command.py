@@ -26,6 +26,7 @@ class ParetoCommand(ManyRunsCommand):
     name = "pareto"
     help = "energy-latency Pareto front of a sweep (exhaustive or NSGA-II, on Dask)"
     input_name = "sweep"
+    input_kind = "sweep"
     input_help = "sweep YAML file (see README: Pareto sweeps)"
     resume_help = "reuse the runs recorded in DIR/runs.jsonl by an earlier (e.g. killed) invocation"
     quiet_help = "no progress bars"
