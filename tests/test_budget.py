@@ -55,30 +55,50 @@ def test_iteration_bound_of_a_kernel_bound_rank_is_below_the_run(topo, pp, layer
     assert est.packets == 0.0 and est.thermal_steps == 0.0 and est.fault_events == 0.0
 
 
-def _link_faults(mean_s: float):
+def _link_faults(mean_s: float, link: dict | None = None):
     d = scenario_dict()
     d["workload"]["grad_bucket_mb"] = 25
     d["faults"] = [{"kind": "link_failure", "links": "all",
                     "ttf": {"dist": "exponential", "mean_s": mean_s}}]
     d["trace"] = {"enabled": False}
     d["simulation"] = {"limits": {"max_events": 2**50}}  # only the never-finishing check
+    if link is not None:
+        d["cluster"]["link"] = {"base": "nvlink4", **link}
     return d
 
 
-def test_links_failing_faster_than_a_bucket_crosses_never_finish():
+@pytest.mark.parametrize("link", [None, {"latency_us": 400.0, "overhead_us": 300.0}])
+def test_links_failing_faster_than_a_bucket_crosses_never_finish(link):
     """A 25 MB bucket crosses one NVLink bundle in latency + overhead + 25e6 B / bandwidth; a
     link failing 20 times in that is a slow job (e^20 attempts), 40 times one that never
-    finishes (more than 30 expected failures per attempt)."""
-    scen = load_scenario(_link_faults(1.0))
-    link = scen.cluster.link
-    t = ((link.latency_us + link.overhead_us) * 1e-6
-         + 25e6 / (link.bytes_per_s * scen.cluster.links_per_edge))
-    ok = load_scenario(_link_faults(t / 20))
+    finishes (more than 30 expected failures per attempt). Also with a slow-starting link
+    whose latency and overhead (0.7 ms) outweigh the bytes' time (~0.25 ms)."""
+    scen = load_scenario(_link_faults(1.0, link))
+    link_spec = scen.cluster.link
+    alpha = (link_spec.latency_us + link_spec.overhead_us) * 1e-6
+    beta = 25e6 / (link_spec.bytes_per_s * scen.cluster.links_per_edge)
+    assert (alpha > 2 * beta) == (link is not None)
+    t = alpha + beta
+    ok = load_scenario(_link_faults(t / 20, link))
     assert not [p for p in check_budget(ok) if "never finish" in p.message]
     from twin.kernel.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="never finish"):
-        load_scenario(_link_faults(t / 40))
+        load_scenario(_link_faults(t / 40, link))
+
+
+def test_faults_that_slow_no_device_do_not_stretch_the_estimate():
+    """Cooling failures and link failures in fixed windows slow no device's blocks (their
+    factor is 1): the thermal estimate's run is as long as without them (the product of
+    straggler factors would otherwise grow by one factor per such fault)."""
+    from twin.budget import _slowdown
+
+    d = scenario_dict(faults=[
+        {"kind": "cooling_failure", "devices": [0], "time_s": 0.0, "rise_k": 10.0},
+        {"kind": "link_failure", "link": [0, 1], "time_s": 0.0, "duration_s": 1.0},
+        {"kind": "cooling_failure", "devices": [1], "time_s": 0.0, "duration_s": 1.0,
+         "rise_k": 5.0}])
+    assert _slowdown(load_scenario(d), 10.0, 0.1) == 1.0
 
 
 def test_limits_bounds():
