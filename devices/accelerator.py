@@ -672,7 +672,7 @@ class Accelerator:
         return self.energy_j
 
     # ------------------------------------------------------------------ communication
-    def communication(self, t0: float, t1: float, hbm_bytes: float, sms: int,
+    def communication(self, t0: float, t1: float, hbm_bytes: float, sms: float,
                       activity: float, copy: bool = False) -> None:
         """Energy of a communication kernel on each of the agent's devices from ``t0`` to
         ``t1`` (s): its ``hbm_bytes`` (per device, B) at the HBM access energy (memory) and

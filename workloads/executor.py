@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -43,6 +42,7 @@ from devices.fabric import Fabric
 from devices.fluid import FluidRings
 from twin.kernel.records import Recorder
 from workloads import collectives, nccl
+from workloads.comm_accounting import CommEnergy, CommStats
 from workloads.optimistic import OptimisticTP, rejoin
 from workloads.overlap import TPO, Fifo, OverlapSpec, chunk_block, fuse_tp
 from workloads.parallel import Layout
@@ -61,19 +61,6 @@ from workloads.schedules import (
 )
 from workloads.tp_isolation import exclusive_tp_groups, isolated_tp_groups
 from workloads.transformer import Block
-
-
-@dataclass
-class CommStats:
-    """Per-device seconds a rank class's compute stream spent blocked, by cause."""
-
-    tp_s: float = 0.0
-    recv_s: float = 0.0
-    dp_wait_s: float = 0.0
-    data_wait_s: float = 0.0
-    shard_wait_s: float = 0.0     # compute stream waiting for parameter all-gathers
-    shard_stream_s: float = 0.0   # busy time of the sharding streams (shard + replica)
-    iteration_end: list[float] = field(default_factory=list)
 
 
 class Executor:
@@ -95,9 +82,8 @@ class Executor:
         overlap: which streams overlap compute (``workloads.overlap.OverlapSpec``).
         streams: one device agent per rank class (``devices.interference.DeviceStreams``)
             that communication streams are started and ended on, or None.
-        comm_energy: SMs per stream kind and their activity
-            (``devices.interference.SmShares``) when communication kernels draw device
-            energy (``power.communication_energy``), else None: see :meth:`_comm_energy`.
+        comm_energy: SMs per stream kind and their activity (``devices.interference``)
+            when communication kernels draw device energy, else None (``CommEnergy``).
         closed_form: cost tensor-parallel collectives whose links no other traffic can use
             in closed form (``Fabric.start_closed``; beside HBM ports as fluid jobs,
             ``devices.fluid``) instead of flow transfers; only for runs that nothing can
@@ -137,7 +123,8 @@ class Executor:
         # faults that change the class's accelerator, e.g. heavy-tailed HBM service)
         self.before_block: Callable[[int], None] | None = None
         self.overlap = ov = overlap if overlap is not None else OverlapSpec()
-        self.streams, self.comm_energy = streams, comm_energy
+        self.streams = streams
+        self.comm_energy = CommEnergy(comm_energy, accelerators) if comm_energy else None
         self.closed_form = closed_form and fabric.model == "flow"
         self._closed_groups: set | None = None  # TP groups in closed form: see _closed
         self._fluid: set | None = None  # TP groups as fluid jobs: see _allow_fluid
@@ -148,7 +135,6 @@ class Executor:
         self.optimistic: OptimisticTP | None = None  # built at the first TP collective
         self.quiet = QuietRunAhead(self) if self.run_ahead and streams else None
         self._tp_plans: dict[tuple, tuple] = {}  # see _tp_plan
-        self._hbm_bytes: dict[int, float] = {}
         self._chunks: dict[tuple[int, str], Block] = {}
         self._fifos: dict[tuple[int, int], Fifo] = {}
         if ov.tp_comm and layout.tp > 1:
@@ -605,26 +591,37 @@ class Executor:
     def _start_tp(self, parts: tuple[int, ...], phases: list, closed: bool, algo: str,
                   owner: int, done: simpy.Event | None = None) -> simpy.Event:
         """Start a TP collective's ``phases`` now, without a process: in closed form
-        (``closed``) or as chained fabric transfers; its communication energy is booked at
-        the end, before anything waiting on it resumes. Returns the event that fires then
-        (``done`` when given: the last transfer succeeds it itself when no energy is
-        booked)."""
+        (``closed``) or as chained fabric transfers, its energy booked before anything
+        waiting on it resumes. Returns the event that fires at its end (``done`` if given)."""
         name = f"tp_{algo}"
-        if closed:
-            self.closed_form_collectives += 1
-            ev = self.fabric.start_closed(phases, name, owner)
-        elif self.comm_energy is None:
+        if self.comm_energy is None and not closed:
             return self.fabric.start(phases, name, owner, done=done)
-        else:
-            ev = self.fabric.start(phases, name, owner)
-        if self.comm_energy is not None:
-            t0 = self.env.now
-            ev.callbacks.append(lambda _e: self._comm_energy(parts, phases, t0,
-                                                             self._tp_energy_kind))
+        split = None if closed else self.comm_energy.split_of(phases)
+        if split is None:
+            ev = self._tp_piece(parts, phases, 1, name, owner, closed)
+        else:  # each TP group's kernel ends with its own group's transfers
+            ev = self.env.all_of([self._tp_piece(parts, p, len(split), name, owner, False)
+                                  for p in split])
         if done is None:
             return ev
         ev.callbacks.append(lambda _e: done.succeed())
         return done
+
+    def _tp_piece(self, parts: tuple[int, ...], phases: list, n: int, name: str, owner: int,
+                  closed: bool) -> simpy.Event:
+        """Start ``phases`` (in closed form if ``closed``): a whole TP collective, or one of
+        a class's ``n`` TP groups' share of it (``CommEnergy.per_group``), booked on 1/n of
+        the devices of ``parts`` when it ends."""
+        t0 = self.env.now
+        if closed:
+            self.closed_form_collectives += 1
+            ev = self.fabric.start_closed(phases, name, owner)
+        else:
+            ev = self.fabric.start(phases, name, owner)
+        if self.comm_energy is not None:
+            ev.callbacks.append(lambda _e: self._comm_energy(parts, phases, t0,
+                                                             self._tp_energy_kind, share=1 / n))
+        return ev
 
     def _phases(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
                 nbytes: float) -> list:
@@ -642,8 +639,11 @@ class Executor:
             if self.layout.protocols == "nccl":
                 phases = nccl.tune_phases(algo, phases, nbytes, groups.shape[1], self.fabric)
             if kind == "tp":  # (devices.phase.lockstep_ok: why not the other kinds)
-                self.fabric.allow_lockstep(phases)
-                self._allow_fluid(parts, phases)
+                split = (self.comm_energy.per_group(phases, groups)
+                         if self.comm_energy and self.fabric.quotient is None else None)
+                for p in (phases, *(split or ())):
+                    self.fabric.allow_lockstep(p)
+                    self._allow_fluid(parts, p)
             self._phase_cache[key] = phases
         return phases
 
@@ -654,17 +654,31 @@ class Executor:
         phases = self._phases(kind, parts, gids, algo, nbytes)
         ends = () if kind == "tp" else parts  # TP collectives block the compute stream
         self._in_flight(ends, 1, kind)
-        t0 = self.env.now
+        name, ekind = f"{kind}_{algo}", self._tp_energy_kind if kind == "tp" else kind
+        closed = self._closed(kind, parts, phases)
+        split = self.comm_energy.split_of(phases) if self.comm_energy and not closed else None
         try:
-            if self._closed(kind, parts, phases):
+            if closed:
                 self.closed_form_collectives += 1
-                yield self.fabric.start_closed(phases, f"{kind}_{algo}", owner)
+                t0 = self.env.now
+                yield self.fabric.start_closed(phases, name, owner)
+                self._comm_energy(parts, phases, t0, ekind)
+            elif split is not None:  # each group's kernel ends with its own transfers
+                yield self.env.all_of([self._spawn(self._run_piece(
+                    parts, p, len(split), name, owner, ekind)) for p in split])
             else:
-                for phase in phases:
-                    yield from self.fabric.run_phase(phase, f"{kind}_{algo}", owner)
+                yield from self._run_piece(parts, phases, 1, name, owner, ekind)
         finally:
             self._in_flight(ends, -1, kind)
-        self._comm_energy(parts, phases, t0, self._tp_energy_kind if kind == "tp" else kind)
+
+    def _run_piece(self, parts: tuple[int, ...], phases: list, n: int, name: str,
+                   owner: int, ekind: str):
+        """Process body: ``phases`` one after the other, booked on 1/n of the devices of
+        ``parts`` when they end (``n``: the class's TP groups when they run apart, else 1)."""
+        t0 = self.env.now
+        for phase in phases:
+            yield from self.fabric.run_phase(phase, name, owner)
+        self._comm_energy(parts, phases, t0, ekind, share=1 / n)
 
     def _closed(self, kind: str, parts: tuple[int, ...], phases: list) -> bool:
         """Whether this collective is costed in closed form: a TP collective of a group
@@ -698,26 +712,12 @@ class Executor:
                                   blocking=not (ports and self.overlap.tp_comm))
 
     def _comm_energy(self, classes, phases: list, t0: float, kind: str,
-                     t1: float | None = None) -> None:
-        """Device energy of a finished collective or send (``power.communication_energy``):
-        each byte moved is read from HBM at its sender and written at its receiver, so a
-        device's HBM bytes are ``2 x bytes moved / devices taking part`` (exact for the
-        symmetric collectives and sends), and its NCCL kernel holds ``SmShares.of(kind)``
-        SMs (``tp_blocking``: an NCCL collective) from ``t0`` to now. A collective without
-        phases (a group of one rank) moves nothing and launches no kernel."""
-        ce = self.comm_energy
-        if ce is None or not phases:
-            return
-        key = id(phases)
-        per_dev = self._hbm_bytes.get(key)
-        if per_dev is None:
-            moved = sum(p.total_bytes for p in phases)
-            devs = np.unique(np.concatenate([np.concatenate([p.src, p.dst]) for p in phases]))
-            per_dev = self._hbm_bytes[key] = 2.0 * moved / max(len(devs), 1)
-        sms = ce.collective_ctas if kind == "tp_blocking" else ce.of(kind)
-        now = self.env.now if t1 is None else t1
-        for c in classes:
-            self.accelerators[c].communication(t0, now, per_dev, sms, ce.activity)
+                     t1: float | None = None, share: float = 1.0) -> None:
+        """``CommEnergy.charge`` of a collective or send that ran from ``t0`` to ``t1``
+        (default now), s, if communication draws device energy."""
+        if self.comm_energy is not None:
+            self.comm_energy.charge(classes, phases, t0, self.env.now if t1 is None else t1,
+                                    kind, share)
 
     def _in_flight(self, classes, delta: int, kind: str = "dp") -> None:
         """Start (``delta`` > 0) or end a communication stream of ``kind`` on the device

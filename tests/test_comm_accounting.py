@@ -1,0 +1,62 @@
+"""What communication costs the rank classes (``workloads/comm_accounting.py``): the pieces
+a class's TP collective is cut into, one per group, against the collective built group by
+group; and the energy a piece books on its class."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from devices.interference import SmShares
+from topologies.graph import build_topology
+from workloads.collectives import collective_phases
+from workloads.comm_accounting import CommEnergy
+
+
+def _flows(phases) -> list[tuple]:
+    return sorted((int(a), int(b), float(n), p.steps, p.step_latency_s, p.base_latency_s,
+                   p.hop_latency_ref_s)
+                  for p in phases for a, b, n in zip(p.src, p.dst, p.nbytes, strict=True))
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
+def test_per_group_pieces_are_the_collective_built_for_each_group_alone(op):
+    """Three rings of four on a 4x3 torus (one per row): the pieces of the three-group
+    phases are, flow for flow (ends, bytes, steps, protocol latencies), the phases built
+    for each group alone; a single group is not cut."""
+    topo = build_topology("torus2d", (4, 3), "nvlink4")
+    groups = np.arange(12).reshape(3, 4)
+    whole = [replace(p, step_latency_s=2e-6, base_latency_s=5e-6)  # as NCCL tuning sets
+             for p in collective_phases(op, "ring", groups, 1e6, topo)]
+    book = CommEnergy(SmShares(24, 8, 2), [])
+    pieces = book.per_group(whole, groups)
+    assert len(pieces) == 3 and book.split_of(whole) is pieces
+    for row, piece in zip(groups, pieces, strict=True):
+        alone = [replace(p, step_latency_s=2e-6, base_latency_s=5e-6)
+                 for p in collective_phases(op, "ring", row[None, :], 1e6, topo)]
+        assert _flows(piece) == _flows(alone)
+    assert book.per_group(whole[:1], groups[:1]) is None and book.split_of(whole[:1]) is None
+
+
+def test_a_piece_books_its_share_of_the_class():
+    """A piece standing for one of a class's ``n`` groups books 1/n of the HBM bytes and of
+    the SM share on the class's agent (which stands for all of its devices): n pieces
+    book what the whole collective books in one go. Reference: ``2 x bytes / devices``
+    and the SM count, written here."""
+    topo = build_topology("torus2d", (4, 3), "nvlink4")
+    groups = np.arange(12).reshape(3, 4)
+    whole = collective_phases("allreduce", "ring", groups, 1e6, topo)
+    got: list[tuple] = []
+    agent = SimpleNamespace(communication=lambda t0, t1, b, sms, act: got.append(
+        (t0, t1, b, sms, act)))
+    book = CommEnergy(SmShares(24, 8, 2, activity=0.3), [agent])
+    moved = sum(float(np.sum(p.nbytes)) * p.steps for p in whole)
+    book.charge([0], whole, 1.0, 2.0, "tp_blocking")
+    assert got[-1] == pytest.approx((1.0, 2.0, 2 * moved / 12, 24, 0.3))
+    for piece in book.per_group(whole, groups):
+        book.charge([0], piece, 1.0, 2.0, "tp_blocking", share=1 / 3)
+    assert [g[2] for g in got[1:]] == pytest.approx([2 * moved / 12 / 3] * 3)
+    assert [g[3] for g in got[1:]] == pytest.approx([8.0] * 3)
