@@ -66,11 +66,16 @@ def test_an_interrupted_command_exits_130(monkeypatch, capsys):
     assert "interrupted" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["run"], ["check"], ["export"]])
-def test_missing_arguments_are_usage_errors(argv, capsys):
+@pytest.mark.parametrize("argv,missing", [
+    (["run"], "scenario"), (["check"], "scenarios"), (["export"], "trace"),
+    (["export", "t.h5"], "-o/--output"),  # where the timeline goes has no default
+    (["campaign", "scenarios/campaign_faults.yaml"], "-o/--output")])
+def test_missing_arguments_are_usage_errors(argv, missing, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
-    assert exc.value.code == 2 and "usage:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "usage:" in err
+    assert f"the following arguments are required: {missing}" in err
 
 
 def test_by_default_the_summary_prints_the_contract_keys_and_counts_the_rest():
@@ -109,3 +114,21 @@ def test_a_scenario_with_an_unknown_key_gets_no_kind_hint(tmp_path, capsys):
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
     assert "grid: unknown key" in err and "hint:" not in err
+
+
+def test_a_mapping_with_no_sign_of_any_kind_gets_no_kind_hint(tmp_path, capsys):
+    """A file with neither ``base`` nor ``cluster`` / ``workload`` (a campaign that lost its
+    base, say) is no evidence of another kind: `twin pareto` lists its problems and says
+    nothing of scenarios."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "seeds": 4, "grid": {"seed": [1]}}))
+    assert main(["pareto", str(path), "-o", str(tmp_path / "out"), "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "seeds: unknown key" in err and "hint:" not in err
+
+
+def test_a_trace_path_the_system_cannot_stat_is_not_found(capsys):
+    """A trace name longer than the file system allows (stat fails with ENAMETOOLONG):
+    `twin summary` says the trace is not found, like any missing file."""
+    assert main(["summary", "x" * 5000 + ".h5"]) == 2
+    assert "trace: trace file not found" in capsys.readouterr().err
