@@ -271,7 +271,7 @@ def _slowdown(scen: Scenario, base_s: float, block_s: float) -> float:
         factor = _fault_factor(f)
         if factor <= 1.0:
             continue
-        if getattr(f, "time_s", None) is not None and getattr(f, "duration_s", None) is not None:
+        if f.time_s is not None and f.duration_s is not None:  # (stragglers, degradations)
             fixed.append((float(f.time_s), float(f.duration_s), factor))
         else:
             whole *= factor
