@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from devices.interference import SmShares
+from devices.phase import Phase
 from topologies.graph import build_topology
 from workloads.collectives import collective_phases
 from workloads.comm_accounting import CommEnergy
@@ -31,7 +32,7 @@ def test_per_group_pieces_are_the_collective_built_for_each_group_alone(op):
     groups = np.arange(12).reshape(3, 4)
     whole = [replace(p, step_latency_s=2e-6, base_latency_s=5e-6)  # as NCCL tuning sets
              for p in collective_phases(op, "ring", groups, 1e6, topo)]
-    book = CommEnergy(SmShares(24, 8, 2), [])
+    book = CommEnergy(SmShares(24, 8, 2), [], [np.arange(12)])
     pieces = book.per_group(whole, groups)
     assert len(pieces) == 3 and book.split_of(whole) is pieces
     for row, piece in zip(groups, pieces, strict=True):
@@ -41,22 +42,41 @@ def test_per_group_pieces_are_the_collective_built_for_each_group_alone(op):
     assert book.per_group(whole[:1], groups[:1]) is None and book.split_of(whole[:1]) is None
 
 
+def _agent(got: list):
+    return SimpleNamespace(communication=lambda t0, t1, b, sms, act: got.append(
+        (t0, t1, b, sms, act)))
+
+
 def test_a_piece_books_its_share_of_the_class():
-    """A piece standing for one of a class's ``n`` groups books 1/n of the HBM bytes and of
-    the SM share on the class's agent (which stands for all of its devices): n pieces
-    book what the whole collective books in one go. Reference: ``2 x bytes / devices``
-    and the SM count, written here."""
+    """A class standing for three TP groups of four (12 devices): one group's piece books a
+    third of the class's devices (its agent books per device of the class), so the three
+    pieces book what the whole collective books in one go. Reference: ``2 x bytes /
+    devices`` and the SM count, written here."""
     topo = build_topology("torus2d", (4, 3), "nvlink4")
     groups = np.arange(12).reshape(3, 4)
     whole = collective_phases("allreduce", "ring", groups, 1e6, topo)
     got: list[tuple] = []
-    agent = SimpleNamespace(communication=lambda t0, t1, b, sms, act: got.append(
-        (t0, t1, b, sms, act)))
-    book = CommEnergy(SmShares(24, 8, 2, activity=0.3), [agent])
+    book = CommEnergy(SmShares(24, 8, 2, activity=0.3), [_agent(got)], [np.arange(12)])
     moved = sum(float(np.sum(p.nbytes)) * p.steps for p in whole)
     book.charge([0], whole, 1.0, 2.0, "tp_blocking")
     assert got[-1] == pytest.approx((1.0, 2.0, 2 * moved / 12, 24, 0.3))
     for piece in book.per_group(whole, groups):
-        book.charge([0], piece, 1.0, 2.0, "tp_blocking", share=1 / 3)
+        book.charge([0], piece, 1.0, 2.0, "tp_blocking")
     assert [g[2] for g in got[1:]] == pytest.approx([2 * moved / 12 / 3] * 3)
     assert [g[3] for g in got[1:]] == pytest.approx([8.0] * 3)
+
+
+def test_a_send_books_only_the_devices_of_a_class_that_take_part():
+    """One TP group of four with one agent (class 1) receives a pipeline send from a rank of
+    its own class (class 0: one device): the send moves bytes between two devices, so each
+    books ``2 x bytes / 2`` on one device; class 1's agent books a quarter of its four
+    (found by the differential tests: one agent per TP group beside a straggler, energy
+    +1.6e-3 against exact mode, the receiving group booked whole for each of its four
+    senders)."""
+    send = [Phase(np.array([0]), np.array([5]), np.array([3e6]))]
+    got: list[tuple] = []
+    book = CommEnergy(SmShares(24, 8, 2, activity=0.3), [_agent(got), _agent(got)],
+                      [np.array([0]), np.array([4, 5, 6, 7])])
+    book.charge([0, 1], send, 0.0, 1e-3, "p2p")
+    assert got[0] == pytest.approx((0.0, 1e-3, 3e6, 24, 0.3))  # p2p: a collective's SMs
+    assert got[1] == pytest.approx((0.0, 1e-3, 3e6 / 4, 24 / 4, 0.3))

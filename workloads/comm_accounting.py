@@ -4,7 +4,11 @@ blocked on it (:class:`CommStats`) and the device energy of its kernels
 
 A finished collective or pipeline send is booked on the accelerators of the rank classes that
 took part (:meth:`CommEnergy.charge`): its HBM bytes at the access energy and its SMs at a
-share of a GEMM's dynamic power for the kernel's duration (``Accelerator.communication``).
+share of a GEMM's dynamic power for the kernel's duration (``Accelerator.communication``),
+on the devices of each class that take part. A class's agent books per device of the class,
+so a class whose devices take part only in part books that fraction: one agent per TP group
+receiving a send from one of its four ranks' peers books a quarter (booked whole, the
+receiving group counted four kernels per send: +1.6e-3 of the energy against exact mode).
 
 Under rank symmetry one class stands for several tensor-parallel groups, and the executor
 starts their collective as one set of fabric phases that ends with the slowest group. The
@@ -45,35 +49,46 @@ class CommEnergy:
     Args:
         shares: SMs per stream kind and their activity (``devices.interference``).
         accelerators: the run's agents, indexed by rank class.
+        class_devices: the devices each class stands for (``Layout.device`` of its ranks).
     """
 
-    def __init__(self, shares: SmShares, accelerators: Sequence):
+    def __init__(self, shares: SmShares, accelerators: Sequence,
+                 class_devices: Sequence[np.ndarray]):
         self.shares = shares
         self.accelerators = accelerators
-        self._hbm_bytes: dict[int, float] = {}  # id(phase list) -> HBM bytes per device
+        self.class_devices = class_devices
+        self._hbm_bytes: dict[int, tuple[np.ndarray, float]] = {}  # id(phases) -> see charge
+        self._share: dict[tuple[int, int], float] = {}  # (id(phases), class) -> its share
         self._groups: dict[int, list[list[Phase]]] = {}  # id(phase list) -> per group
 
-    def charge(self, classes, phases: list[Phase], t0: float, t1: float, kind: str,
-               share: float = 1.0) -> None:
+    def charge(self, classes, phases: list[Phase], t0: float, t1: float, kind: str) -> None:
         """Book a finished collective or send that ran from ``t0`` to ``t1`` (s) on each of
         ``classes``: each byte moved is read from HBM at its sender and written at its
         receiver, so a device's HBM bytes are ``2 x bytes moved / devices taking part``
         (exact for the symmetric collectives and sends), and its NCCL kernel holds
-        ``SmShares.of(kind)`` SMs (``tp_blocking``: an NCCL collective) meanwhile.
-        ``share``: the fraction of each class's devices the phases stand for (one of its
-        ``n`` TP groups: ``1 / n``). A collective without phases (a group of one rank) moves
-        nothing and launches no kernel."""
+        ``SmShares.of(kind)`` SMs (``tp_blocking``: an NCCL collective) meanwhile. Only the
+        devices of a class that take part are booked: a class's agent books per device of
+        the class, so it books the fraction of its devices among the phases' ends (one of
+        the ``n`` TP groups a class stands for: ``1 / n``; a send of one rank to a TP group
+        with one agent: a quarter of a group of four). A collective without phases (a group
+        of one rank) moves nothing and launches no kernel."""
         if not phases:
             return
         key = id(phases)
-        per_dev = self._hbm_bytes.get(key)
-        if per_dev is None:
+        hit = self._hbm_bytes.get(key)
+        if hit is None:
             moved = sum(p.total_bytes for p in phases)
             devs = np.unique(np.concatenate([np.concatenate([p.src, p.dst]) for p in phases]))
-            per_dev = self._hbm_bytes[key] = 2.0 * moved / max(len(devs), 1)
+            hit = self._hbm_bytes[key] = (devs, 2.0 * moved / max(len(devs), 1))
+        devs, per_dev = hit
         ce = self.shares
         sms = ce.collective_ctas if kind == "tp_blocking" else ce.of(kind)
         for c in classes:
+            share = self._share.get((key, c))
+            if share is None:
+                mine = self.class_devices[c]
+                share = self._share[(key, c)] = (
+                    np.count_nonzero(np.isin(mine, devs)) / len(mine))
             self.accelerators[c].communication(t0, t1, per_dev * share, sms * share,
                                                ce.activity)
 

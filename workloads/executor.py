@@ -124,7 +124,8 @@ class Executor:
         self.before_block: Callable[[int], None] | None = None
         self.overlap = ov = overlap if overlap is not None else OverlapSpec()
         self.streams = streams
-        self.comm_energy = CommEnergy(comm_energy, accelerators) if comm_energy else None
+        self.comm_energy = (CommEnergy(comm_energy, accelerators, [
+            layout.device[r] for r in layout.classes]) if comm_energy else None)
         self.closed_form = closed_form and fabric.model == "flow"
         self._closed_groups: set | None = None  # TP groups in closed form: see _closed
         self._fluid: set | None = None  # TP groups as fluid jobs: see _allow_fluid
@@ -598,20 +599,19 @@ class Executor:
             return self.fabric.start(phases, name, owner, done=done)
         split = None if closed else self.comm_energy.split_of(phases)
         if split is None:
-            ev = self._tp_piece(parts, phases, 1, name, owner, closed)
+            ev = self._tp_piece(parts, phases, name, owner, closed)
         else:  # each TP group's kernel ends with its own group's transfers
-            ev = self.env.all_of([self._tp_piece(parts, p, len(split), name, owner, False)
+            ev = self.env.all_of([self._tp_piece(parts, p, name, owner, False)
                                   for p in split])
         if done is None:
             return ev
         ev.callbacks.append(lambda _e: done.succeed())
         return done
 
-    def _tp_piece(self, parts: tuple[int, ...], phases: list, n: int, name: str, owner: int,
+    def _tp_piece(self, parts: tuple[int, ...], phases: list, name: str, owner: int,
                   closed: bool) -> simpy.Event:
-        """Start ``phases`` (in closed form if ``closed``): a whole TP collective, or one of
-        a class's ``n`` TP groups' share of it (``CommEnergy.per_group``), booked on 1/n of
-        the devices of ``parts`` when it ends."""
+        """Start ``phases`` (in closed form if ``closed``): a whole TP collective, or one TP
+        group's share of a class's (``CommEnergy.per_group``), booked when it ends."""
         t0 = self.env.now
         if closed:
             self.closed_form_collectives += 1
@@ -620,7 +620,7 @@ class Executor:
             ev = self.fabric.start(phases, name, owner)
         if self.comm_energy is not None:
             ev.callbacks.append(lambda _e: self._comm_energy(parts, phases, t0,
-                                                             self._tp_energy_kind, share=1 / n))
+                                                             self._tp_energy_kind))
         return ev
 
     def _phases(self, kind: str, parts: tuple[int, ...], gids: np.ndarray, algo: str,
@@ -665,20 +665,20 @@ class Executor:
                 self._comm_energy(parts, phases, t0, ekind)
             elif split is not None:  # each group's kernel ends with its own transfers
                 yield self.env.all_of([self._spawn(self._run_piece(
-                    parts, p, len(split), name, owner, ekind)) for p in split])
+                    parts, p, name, owner, ekind)) for p in split])
             else:
-                yield from self._run_piece(parts, phases, 1, name, owner, ekind)
+                yield from self._run_piece(parts, phases, name, owner, ekind)
         finally:
             self._in_flight(ends, -1, kind)
 
-    def _run_piece(self, parts: tuple[int, ...], phases: list, n: int, name: str,
-                   owner: int, ekind: str):
-        """Process body: ``phases`` one after the other, booked on 1/n of the devices of
-        ``parts`` when they end (``n``: the class's TP groups when they run apart, else 1)."""
+    def _run_piece(self, parts: tuple[int, ...], phases: list, name: str, owner: int,
+                   ekind: str):
+        """Process body: ``phases`` one after the other (a whole collective, or one TP
+        group's share of a class's), booked when they end."""
         t0 = self.env.now
         for phase in phases:
             yield from self.fabric.run_phase(phase, name, owner)
-        self._comm_energy(parts, phases, t0, ekind, share=1 / n)
+        self._comm_energy(parts, phases, t0, ekind)
 
     def _closed(self, kind: str, parts: tuple[int, ...], phases: list) -> bool:
         """Whether this collective is costed in closed form: a TP collective of a group
@@ -712,12 +712,12 @@ class Executor:
                                   blocking=not (ports and self.overlap.tp_comm))
 
     def _comm_energy(self, classes, phases: list, t0: float, kind: str,
-                     t1: float | None = None, share: float = 1.0) -> None:
+                     t1: float | None = None) -> None:
         """``CommEnergy.charge`` of a collective or send that ran from ``t0`` to ``t1``
         (default now), s, if communication draws device energy."""
         if self.comm_energy is not None:
             self.comm_energy.charge(classes, phases, t0, self.env.now if t1 is None else t1,
-                                    kind, share)
+                                    kind)
 
     def _in_flight(self, classes, delta: int, kind: str = "dp") -> None:
         """Start (``delta`` > 0) or end a communication stream of ``kind`` on the device
