@@ -129,3 +129,27 @@ def test_an_output_directory_that_cannot_be_one_is_refused_by_its_given_name(
     (problem,) = err.value.problems
     assert (problem.path, problem.value) == ("-o", path)
     assert check_output_dir(str(tmp_path / "new" / "dir")) == tmp_path / "new" / "dir"
+
+
+def test_a_run_journal_starts_empty_unless_resumed(tmp_path):
+    """``JsonLines``: a new invocation (no ``--resume``) starts an empty journal even where
+    an earlier one left records (they would otherwise count as done); a resumed one gets
+    the records back, a torn last line (a kill while writing) and non-records skipped."""
+    from experiments.many import JsonLines
+
+    path = tmp_path / "sub" / "runs.jsonl"
+    journal = JsonLines(path)
+    assert journal.start(resume=True) == [] and path.read_text() == ""  # nothing to resume
+    journal.add({"id": 1})
+    journal.add({"id": 2})
+    with path.open("a") as fh:
+        fh.write('[3]\n{"id": 4')  # a list is no record; a torn line
+    assert JsonLines(path).start(resume=True) == [{"id": 1}, {"id": 2}]
+    assert JsonLines(path).start(resume=False) == [] and path.read_text() == ""
+
+
+def test_the_task_runner_submits_at_most_the_documented_1024_runs():
+    """README (fault campaigns): "on Dask at most 1,024 runs are submitted at a time"."""
+    assert TaskRunner(abs).window == 1024
+    with pytest.raises(ValueError, match="window"):
+        TaskRunner(abs, window=0)
