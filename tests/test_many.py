@@ -110,6 +110,8 @@ def test_a_local_dask_cluster_runs_single_threaded_workers():
 
     with dask_client(2) as client:
         assert sorted(client.nthreads().values()) == [1, 1]
+        pids = set(client.run(os.getpid).values())  # processes, not threads of this one
+        assert len(pids) == 2 and os.getpid() not in pids
 
 
 @pytest.mark.parametrize("given,message", [
