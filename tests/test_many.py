@@ -139,7 +139,7 @@ def test_a_run_journal_starts_empty_unless_resumed(tmp_path):
     the records back, a torn last line (a kill while writing) and non-records skipped."""
     from experiments.many import JsonLines
 
-    path = tmp_path / "sub" / "runs.jsonl"
+    path = tmp_path / "a" / "b" / "runs.jsonl"  # folders made as needed, kept if there
     journal = JsonLines(path)
     assert journal.start(resume=True) == [] and path.read_text() == ""  # nothing to resume
     journal.add({"id": 1})
