@@ -49,8 +49,9 @@ def test_a_base_name_that_is_no_path_is_not_found_and_shown_shortened(tmp_path):
 def test_the_journal_keeps_what_a_worker_wrote(tmp_path):
     """``RecordDir.add`` stores a record that is not there yet, and leaves one that is (the
     worker that ran it wrote it first)."""
-    journal = RecordDir(tmp_path / "runs")
+    journal = RecordDir(tmp_path / "out" / "runs")  # folders made as needed, kept if there
     journal.start()
+    RecordDir(tmp_path / "out" / "runs").start()
     journal.add("r1", {"by": "driver"})
     assert journal.get("r1") == {"by": "driver"}
     atomic_write_text(journal.path("r2"), '{"by": "worker"}')
@@ -76,20 +77,25 @@ def test_an_atomic_write_removes_dead_writers_leftovers_only(tmp_path):
 
 def test_the_task_runner_shows_progress_unless_told_not_to(monkeypatch):
     """By default the bar is left to tqdm (shown on a terminal); ``progress=False`` hides it.
-    A window of one task is allowed."""
+    A window of one task is allowed. The bar counts one per task that came back."""
     import tqdm
 
-    seen = []
+    seen, bars = [], []
     real = tqdm.tqdm
 
     def spy(*args, **kwargs):
         seen.append(kwargs["disable"])
-        return real(*args, **kwargs)
+        bar = real(*args, **kwargs)
+        bars.append([0, kwargs["total"]])  # (a hidden bar counts nothing itself)
+        update = bar.update
+        bar.update = lambda n=1, rec=bars[-1]: (rec.__setitem__(0, rec[0] + n), update(n))
+        return bar
 
     monkeypatch.setattr(tqdm, "tqdm", spy)
     assert list(TaskRunner(abs, window=1).map([-1])) == [(-1, 1)]
-    assert list(TaskRunner(abs, progress=False).map([-2])) == [(-2, 2)]
+    assert list(TaskRunner(abs, progress=False).map([-2, 5, -7])) == [(-2, 2), (5, 5), (-7, 7)]
     assert seen == [None, True]
+    assert bars == [[1, 1], [3, 3]]
 
 
 def test_equal_tasks_on_dask_each_come_back():
