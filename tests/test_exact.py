@@ -161,7 +161,12 @@ def _cool(exact: bool, **workload) -> dict:
     return d
 
 
-@pytest.mark.parametrize("case", list(AGG_CASES))
+#: the plainest cases run only in `make test-slow` (their layouts recur in the others)
+_AGG_SLOW = ("1f1b_pp2_m18", "1f1b_pp4_m30")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in _AGG_SLOW
+                                  else c for c in AGG_CASES])
 def test_aggregated_mode_agrees_with_exact_mode(case):
     res = run(load_scenario(_cool(False, **AGG_CASES[case])))
     fast = res.summary
@@ -341,7 +346,8 @@ def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
         assert group[key] == pytest.approx(exact[key], rel=5e-3), key
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "1f1b"
+                                  else c for c in CASES])  # 1f1b: in make test-slow only
 def test_one_agent_per_tp_group_with_per_device_hbm_draws_agrees_with_exact_mode(case):
     """FR-FCFS HBM contention drawn per device (the default): one agent per tensor-parallel
     group whose device agent draws each member's factors, against exact mode (one agent and
@@ -359,10 +365,10 @@ def test_tp_group_agents_stay_off_where_more_than_jitter_tells_ranks_apart():
     """A fault, a memory model drawing per device beside jitter, per-device HBM draws with
     sharded data parallelism (the members would issue their gathers apart), fresh
     heavy-tailed latency draws (the queue model, ``bound: auto``) or a device fault, or a TP
-    of one: one agent per rank."""
-    base = _scenario(False)
+    of one: one agent per rank. (Short runs: what is checked is which agents the run made.)"""
+    base = _scenario(False, seq_len=256, iterations=1)
     base["simulation"]["compute_jitter_cov"] = 0.05
-    sharded = _scenario(False, sharding={"strategy": "full_shard"})
+    sharded = _scenario(False, sharding={"strategy": "full_shard"}, seq_len=256, iterations=1)
     for extra in ({"memory": {"model": "frfcfs"}},
                   {"workload": {**base["workload"], "parallelism": {"dp": 4, "tp": 1, "pp": 4}}},
                   {"simulation": {**base["simulation"], "tp_group_agents": False}},

@@ -79,7 +79,10 @@ def _both(d: dict, monkeypatch) -> dict:
     return out
 
 
-_AGENTS = ["frfcfs", "frfcfs_per_device", "frfcfs_jitter", "frfcfs_sync_sends", "queue"]
+#: Device-agent variants; two run only in `make test-slow` (`make test` keeps plain FR-FCFS,
+#: jitter and the queue model within its 5 minutes).
+_AGENTS = ["frfcfs", pytest.param("frfcfs_per_device", marks=pytest.mark.slow),
+           "frfcfs_jitter", pytest.param("frfcfs_sync_sends", marks=pytest.mark.slow), "queue"]
 
 
 @pytest.mark.parametrize("name", ["interleaved", "throttled", "capped", "stage_clocks",
