@@ -22,7 +22,7 @@ group, so that each group runs (and is booked) on its own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -102,9 +102,8 @@ class CommEnergy:
         hit = self._groups.get(id(phases))
         if hit is None:
             hit = self._groups[id(phases)] = [
-                [Phase(p.src[m], p.dst[m], np.asarray(p.nbytes)[m] if np.ndim(p.nbytes)
-                       else p.nbytes, p.steps, p.step_latency_s, p.base_latency_s,
-                       p.hop_latency_ref_s)
+                [replace(p, src=p.src[m], dst=p.dst[m],
+                         nbytes=np.asarray(p.nbytes)[m] if np.ndim(p.nbytes) else p.nbytes)
                  for p in phases for m in (np.isin(p.src, row),)]
                 for row in groups]
         return hit
