@@ -234,8 +234,8 @@ def kind_hint(cmd: Any, args: argparse.Namespace, exc: ScenarioError) -> str | N
     ``configurations``, a scenario ``cluster`` or ``workload``)."""
     from twin.kernel.schema import read_yaml
 
-    want = getattr(cmd, "input_kind", None)
-    path = getattr(args, getattr(cmd, "input_name", "") or "_", None)
+    want, arg = getattr(cmd, "input_kind", None), getattr(cmd, "input_name", "")
+    path = getattr(args, arg, None) if arg else None
     if want is None or not isinstance(path, str) or not any(
             p.message.startswith("unknown key") for p in exc.problems):
         return None

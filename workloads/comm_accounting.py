@@ -57,8 +57,8 @@ class CommEnergy:
         self.shares = shares
         self.accelerators = accelerators
         self.class_devices = class_devices
-        self._hbm_bytes: dict[int, tuple[np.ndarray, float]] = {}  # id(phases) -> see charge
-        self._share: dict[tuple[int, int], float] = {}  # (id(phases), class) -> its share
+        # id(phases) -> (devices taking part, HBM bytes per device, class -> its share)
+        self._booked: dict[int, tuple[np.ndarray, float, dict[int, float]]] = {}
         self._groups: dict[int, list[list[Phase]]] = {}  # id(phase list) -> per group
 
     def charge(self, classes, phases: list[Phase], t0: float, t1: float, kind: str) -> None:
@@ -74,21 +74,19 @@ class CommEnergy:
         of one rank) moves nothing and launches no kernel."""
         if not phases:
             return
-        key = id(phases)
-        hit = self._hbm_bytes.get(key)
+        hit = self._booked.get(id(phases))
         if hit is None:
             moved = sum(p.total_bytes for p in phases)
             devs = np.unique(np.concatenate([np.concatenate([p.src, p.dst]) for p in phases]))
-            hit = self._hbm_bytes[key] = (devs, 2.0 * moved / max(len(devs), 1))
-        devs, per_dev = hit
+            hit = self._booked[id(phases)] = (devs, 2.0 * moved / max(len(devs), 1), {})
+        devs, per_dev, shares = hit
         ce = self.shares
         sms = ce.collective_ctas if kind == "tp_blocking" else ce.of(kind)
         for c in classes:
-            share = self._share.get((key, c))
+            share = shares.get(c)
             if share is None:
                 mine = self.class_devices[c]
-                share = self._share[(key, c)] = (
-                    np.count_nonzero(np.isin(mine, devs)) / len(mine))
+                share = shares[c] = np.count_nonzero(np.isin(mine, devs)) / len(mine)
             self.accelerators[c].communication(t0, t1, per_dev * share, sms * share,
                                                ce.activity)
 
