@@ -209,7 +209,8 @@ def test_window_devices_and_size_cut(trace, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, field", [
     (["--window", "5:1"], "--window"), (["--devices", "0-99"], "--devices"),
-    (["--devices", "x"], "--devices"), ([], "-o")])
+    (["--devices", "x"], "--devices"), ([], "-o"), (["--max-mb", "0"], "--max-mb"),
+    (["--max-mb", "inf"], "--max-mb"), (["--max-mb", "nan"], "--max-mb")])
 def test_export_errors_name_the_argument(trace, tmp_path, capsys, args, field):
     out = tmp_path / ("run.txt" if not args else "run.json")
     assert main(["export", str(trace), "-o", str(out), *args]) == 2

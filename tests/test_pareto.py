@@ -654,6 +654,14 @@ def test_cli_bad_sweep_exits_2(tmp_path, capsys):
     assert main(["pareto", str(bad), "-o", str(tmp_path / "o")]) == 2
     assert "base: base scenario file not found" in capsys.readouterr().err
     assert main(["pareto", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "o")]) == 2
+    # the search seed given on the command line: the range nsga2.seed allows, named as given
+    good = ROOT / "scenarios" / "sweep_small.yaml"
+    for seed in ("-1", str(2**63)):
+        capsys.readouterr()
+        assert main(["pareto", str(good), "-o", str(tmp_path / "o"), "--method", "nsga2",
+                     "--seed", seed, "--workers", "0"]) == 2
+        assert f"--seed: out of range (given: {seed})" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_help(capsys):

@@ -13,6 +13,7 @@ from experiments.pareto.report import format_report, write_outputs
 from experiments.pareto.result import ParetoResult
 from experiments.pareto.run import run_sweep
 from twin.kernel.errors import Problem, ScenarioError
+from twin.kernel.schema import INT64_MAX
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +44,9 @@ class ParetoCommand(ManyRunsCommand):
         from experiments.sweep import load_sweep
 
         sweep = load_sweep(args.sweep)
+        if args.seed is not None and not 0 <= args.seed <= INT64_MAX:
+            raise ScenarioError([Problem("--seed", "out of range", args.seed,
+                                         "0 .. 2^63-1 (as nsga2.seed)")])
         if not args.reference:
             return sweep, None
         import pandas as pd

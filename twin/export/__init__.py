@@ -15,6 +15,7 @@ cut at the time where the budget runs out, which the result (and the file's meta
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,8 +108,9 @@ def export_trace(trace: str | Path, out: str | Path, fmt: str | None = None,
     except ValueError:
         raise ScenarioError([Problem("--devices", "not a device list", devices,
                                      "ids and ranges, e.g. 0-3,8")]) from None
-    if max_mb <= 0:
-        raise ScenarioError([Problem("--max-mb", "must be positive", max_mb, "> 0")])
+    if not 0 < max_mb < math.inf:  # (NaN fails too)
+        raise ScenarioError([Problem("--max-mb", "must be a positive finite number", max_mb,
+                                     "a number of MB > 0, e.g. 256")])
     td = TraceData(trace, need=("ops",))
     n_dev = int(td.summary.get("devices", 0))
     if devs is not None and n_dev and max(devs) >= n_dev:
