@@ -662,6 +662,14 @@ def test_cli_bad_sweep_exits_2(tmp_path, capsys):
                      "--seed", seed, "--workers", "0"]) == 2
         assert f"--seed: out of range (given: {seed})" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    # a reference front without the sweep's objective columns, or not a CSV: named, not a
+    # traceback (nor silently left out of the convergence table)
+    for name, content in (("cols.csv", b"a,b\n1,2\n"), ("bin.csv", b"\xff\x00\x01")):
+        (tmp_path / name).write_bytes(content)
+        capsys.readouterr()
+        assert main(["pareto", str(good), "-o", str(tmp_path / "o"), "--method", "nsga2",
+                     "--reference", str(tmp_path / name), "--workers", "0"]) == 2
+        assert "--reference: reference front file" in capsys.readouterr().err
 
 
 def test_cli_help(capsys):

@@ -157,6 +157,44 @@ def test_a_long_input_path_is_shown_cut_to_300_characters(tmp_path):
     assert exc.value.source == long[:300]
 
 
+@pytest.mark.parametrize(("content", "words"), [
+    (b"", "is not a CSV table"),
+    (b"\xff\xfe\x00garbage", "is not UTF-8 text: byte 0xff at line 1"),
+    (b'status,iteration_time_s\n"ok,1\n', "is not a CSV table"),
+    (b"a,b\n1,2\n", "has no column status, iteration_time_s"),
+    (b"status,iteration_time_s\nok,1\nok,fast\n", "column iteration_time_s that is not a "
+     "number (line 3)"),
+])
+def test_a_csv_table_an_option_names_is_refused_under_the_option(tmp_path, content, words):
+    """``twin report --sweep`` / ``twin pareto --reference`` read a CSV a user points them
+    at: empty, binary, unterminated, without the columns the command reads, or with text in
+    a number column, it is refused under the option's name, saying what would be accepted
+    and quoting no content (these were pandas tracebacks)."""
+    from twin.kernel.errors import ScenarioError
+    from twin.kernel.reading import read_csv_table
+
+    path = tmp_path / "points.csv"
+    path.write_bytes(content)
+    with pytest.raises(ScenarioError) as exc:
+        read_csv_table(path, "points", "--sweep", {"status": False, "iteration_time_s": True},
+                       "a points.csv")
+    (problem,) = exc.value.problems
+    assert problem.path == "--sweep" and words in problem.message
+    assert "fast" not in str(problem) and "garbage" not in str(problem)
+
+
+def test_a_csv_table_keeps_empty_number_cells_and_converts_the_rest(tmp_path):
+    from twin.kernel.reading import read_csv_table
+
+    path = tmp_path / "points.csv"
+    path.write_text("status,iteration_time_s,label\nok,1.5,a\ninvalid,,b\nok,2e-3,c\n")
+    t = read_csv_table(path, "points", "--sweep", {"status": False, "iteration_time_s": True},
+                       "a points.csv")
+    assert t["iteration_time_s"].iloc[[0, 2]].tolist() == [1.5, 2e-3]
+    assert t["iteration_time_s"].isna().tolist() == [False, True, False]
+    assert list(t.columns) == ["status", "iteration_time_s", "label"]
+
+
 @pytest.mark.parametrize(("faults", "path", "message", "value", "allowed"), [
     # an unknown key of a fault, named like another fault kind: the keys of its kind's model
     ([{"kind": "link_failure", "link": [0, 1], "time_s": 0.1, "duration_s": 0.2,

@@ -49,15 +49,14 @@ class ParetoCommand(ManyRunsCommand):
                                          "0 .. 2^63-1 (as nsga2.seed)")])
         if not args.reference:
             return sweep, None
-        import pandas as pd
+        from twin.kernel.reading import read_csv_table
 
         ref_path = Path(args.reference)
         if ref_path.is_dir():
             ref_path = ref_path / "pareto.csv"
-        if not ref_path.is_file():
-            raise ScenarioError([Problem("--reference", "file not found", args.reference,
-                                         "a pareto.csv or the directory holding it")])
-        return sweep, pd.read_csv(ref_path)
+        columns = dict.fromkeys(sweep.objective_columns(), True)
+        return sweep, read_csv_table(ref_path, "reference front", "--reference", columns,
+                                     "a twin pareto output folder or its pareto.csv")
 
     def compute(self, job, args: argparse.Namespace, client) -> ParetoResult:
         sweep, reference = job

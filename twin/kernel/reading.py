@@ -21,11 +21,14 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from twin.kernel.errors import Problem, ScenarioError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Largest input file, bytes (scenario files are a few kB).
 MAX_INPUT_BYTES = 4 << 20
@@ -33,6 +36,9 @@ MAX_INPUT_BYTES = 4 << 20
 MAX_DEPTH = 64
 #: Most nodes a document may expand to, aliases expanded.
 MAX_NODES = 200_000
+#: Largest CSV table a command reads, bytes (a sweep's points.csv: a few hundred bytes per
+#: point, at most 100,000 points).
+MAX_TABLE_BYTES = 256 << 20
 #: Most digits an integer literal may have (int64 has 19).
 MAX_INT_DIGITS = 40
 
@@ -173,44 +179,84 @@ def load_yaml_text(text: str, source: str = "", path: str = "") -> Any:
             loader.dispose()
 
 
-def read_input(path: str | Path, what: str = "scenario") -> str:
-    """The text of an input file: a regular file of at most :data:`MAX_INPUT_BYTES` bytes,
-    valid UTF-8.
+def read_input(path: str | Path, what: str = "scenario", *, field: str = "",
+               allowed: str = "a path to a YAML file", limit: int = MAX_INPUT_BYTES) -> str:
+    """The text of an input file: a regular file of at most ``limit`` bytes, valid UTF-8.
+    Problems are reported under ``field`` (``""``: the file itself; a command-line option
+    such as ``"--sweep"`` for a file an option names), with ``allowed`` as what is allowed.
 
     Raises:
         ScenarioError: missing, not a regular file, too large, unreadable or not UTF-8.
     """
     p = Path(path)
     src = str(p)[:300]
+
+    def refuse(message: str, given: Any = None, allow: str = allowed) -> ScenarioError:
+        return ScenarioError([Problem(field, message, given, allow)], source=src)
+
     try:
         st = os.stat(p)
     except (OSError, ValueError) as exc:
         reason = "file name too long" if getattr(exc, "errno", None) == 36 else "not found"
-        raise ScenarioError([Problem("", f"{what} file {reason}", src,
-                                     "a path to a YAML file")], source=src) from None
+        raise refuse(f"{what} file {reason}", src) from None
     if not stat.S_ISREG(st.st_mode):
-        raise ScenarioError([Problem("", f"{what} file is not a regular file (a directory or "
-                                     "device?)", src, "a path to a YAML file")], source=src)
-    if st.st_size > MAX_INPUT_BYTES:
-        raise ScenarioError([Problem("", f"{what} file too large: {st.st_size} bytes",
-                                     None, f"at most {MAX_INPUT_BYTES} bytes")], source=src)
+        raise refuse(f"{what} file is not a regular file (a directory or device?)", src)
+    if st.st_size > limit:
+        raise refuse(f"{what} file too large: {st.st_size} bytes", None, f"at most {limit} bytes")
     try:
         with open(p, "rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
-        raise ScenarioError([Problem("", f"{what} file cannot be read: {exc.strerror}")],
-                            source=src) from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise ScenarioError([Problem("", f"{what} file too large", None,
-                                     f"at most {MAX_INPUT_BYTES} bytes")], source=src)
+        raise refuse(f"{what} file cannot be read: {exc.strerror}", None, "") from None
+    if len(data) > limit:
+        raise refuse(f"{what} file too large", None, f"at most {limit} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ScenarioError([Problem("", f"{what} file is not UTF-8 text: byte "
-                                     f"0x{data[exc.start]:02x} at line {line} cannot be "
-                                     "decoded", None, "a text file in UTF-8")],
-                            source=src) from None
+        raise refuse(f"{what} file is not UTF-8 text: byte 0x{data[exc.start]:02x} at line "
+                     f"{line} cannot be decoded", None, "a text file in UTF-8") from None
+
+
+def read_csv_table(path: str | Path, what: str, field: str, columns: dict[str, bool],
+                   allowed: str) -> pd.DataFrame:
+    """A CSV table a command-line option names (``twin report --sweep``'s ``points.csv``,
+    ``twin pareto --reference``'s ``pareto.csv``): :func:`read_input`'s checks (at most
+    :data:`MAX_TABLE_BYTES`), then a header and rows pandas can parse, with every column of
+    ``columns`` present; a column mapped to True must hold numbers (empty cells allowed).
+    Messages name rows and columns, never the file's content.
+
+    Raises:
+        ScenarioError: under ``field``, with ``allowed`` as what is allowed.
+    """
+    import io
+
+    import pandas as pd
+
+    text = read_input(path, what, field=field, allowed=allowed, limit=MAX_TABLE_BYTES)
+    src = str(path)[:300]
+
+    def refuse(message: str) -> ScenarioError:
+        return ScenarioError([Problem(field, f"{what} file {message}", src, allowed)], source=src)
+
+    try:
+        table = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise refuse(f"is not a CSV table ({first})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise refuse(f"has no column {', '.join(missing)}")
+    for col, numeric in columns.items():
+        if not numeric:
+            continue
+        values = pd.to_numeric(table[col], errors="coerce")
+        bad = values.isna() & table[col].notna()
+        if bad.any():
+            row = int(bad.to_numpy().argmax()) + 2  # 1-based, after the header line
+            raise refuse(f"has a value in column {col} that is not a number (line {row})")
+        table[col] = values
+    return table
 
 
 def read_yaml_file(path: str | Path, what: str = "scenario") -> Any:

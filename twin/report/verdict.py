@@ -28,8 +28,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from devices.power import AlertSpec
 from twin.reading import TraceData
 from twin.report.attribution import (
@@ -165,15 +163,12 @@ def next_best(td: TraceData, sweep: str | Path | None) -> dict[str, Any] | None:
     point of the sweep with another strategy or setting than this run, vs this run."""
     if sweep is None:
         return None
-    from twin.kernel.errors import ScenarioError
+    from twin.kernel.reading import read_csv_table
 
     path = Path(sweep)
     path = path / "points.csv" if path.is_dir() else path
-    if not path.is_file():
-        raise ScenarioError(f"--sweep: no points.csv at {path}")
-    pts = pd.read_csv(path)
-    if "status" not in pts or "iteration_time_s" not in pts:
-        raise ScenarioError(f"--sweep: {path} is not a twin pareto points.csv")
+    pts = read_csv_table(path, "points", "--sweep", {"status": False, "iteration_time_s": True},
+                         "a twin pareto output folder or its points.csv")
     ok = pts[pts["status"] == "ok"].sort_values("iteration_time_s")
     s = td.summary
     t, e = float(s["iteration_time_s"]), float(s["energy_per_iteration_j"])
