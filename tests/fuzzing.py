@@ -296,7 +296,7 @@ def make_case(rng: random.Random) -> Case:
         key = rng.choice(paths)
         return Case("set-null", {"in.yaml": text.encode()},
                     [rng.choice(["check", "run"]), "in.yaml", "--set", f"{key}=null"])
-    return _trace_case(rng)
+    return _trace_case(rng) if rng.random() < 0.8 else _table_case(rng)
 
 
 def _one_device(rng: random.Random, doc: Any) -> Case:
@@ -349,9 +349,38 @@ def _trace_case(rng: random.Random) -> Case:
         data = bytearray(b"not an hdf5 file\n" * rng.randint(0, 100))
     elif how == 5:
         data = bytearray(_edited_trace(rng))
-    cmd = rng.choice(["summary", "limits"])
-    argv = [cmd, "t.h5"] + (["--json"] if rng.random() < 0.5 else [])
+    cmd = rng.choice(["summary", "limits", "export", "report"])
+    argv = [cmd, "t.h5"]
+    if cmd == "export":
+        argv += ["-o", rng.choice(["t.json", "t.perfetto-trace"])]
+    elif rng.random() < 0.5:
+        argv.append("--json")
     return Case("trace", {"t.h5": bytes(data)}, argv)
+
+
+POINTS_CSV = (b"label,strategy,status,iteration_time_s,energy_per_iteration_j\n"
+              b"a,4-2-1,ok,0.5,900\nb,2-4-1,invalid,,\nc,8-1-1,ok,0.25,1200\n")
+
+
+def _table_case(rng: random.Random) -> Case:
+    """``twin report --sweep`` on a damaged ``points.csv`` beside a good trace."""
+    data = bytearray(POINTS_CSV)
+    how = rng.randrange(6)
+    if how == 0:
+        data = data[: rng.randint(0, len(data))]
+    elif how == 1:
+        for _ in range(rng.randint(1, 10)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif how == 2:
+        data = data.replace(b"0.25", rng.choice([b"fast", b"nan", b"-inf", b"1e999", b'"']))
+    elif how == 3:
+        data = data.replace(rng.choice([b"status", b"iteration_time_s", b"label"]), b"x")
+    elif how == 4:
+        data += b"d,1-1-8,ok\n" * rng.randint(1, 3) + b"1,2,3,4,5,6,7\n"
+    sweep = rng.choice(["p.csv", ".", "missing.csv"])
+    return Case("table", {"t.h5": _good_trace(), "p.csv": bytes(data)},
+                ["report", "t.h5", "--sweep", sweep] + (["--json"] if rng.random() < 0.5
+                                                        else []))
 
 
 _GOOD: bytes | None = None
