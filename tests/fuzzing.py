@@ -296,7 +296,7 @@ def make_case(rng: random.Random) -> Case:
         key = rng.choice(paths)
         return Case("set-null", {"in.yaml": text.encode()},
                     [rng.choice(["check", "run"]), "in.yaml", "--set", f"{key}=null"])
-    return _trace_case(rng) if rng.random() < 0.8 else _table_case(rng)
+    return _trace_case(rng) if rng.random() < 0.9 else _table_case(rng)
 
 
 def _one_device(rng: random.Random, doc: Any) -> Case:
