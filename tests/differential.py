@@ -128,6 +128,30 @@ def make_scenario(rng: random.Random, light: bool = False) -> dict[str, Any]:
         "memory": memory, "power": power, "faults": faults, "trace": {"enabled": False}}
 
 
+def make_aggregation_scenario(rng: random.Random) -> dict[str, Any]:
+    """A draw of :func:`make_scenario` that the fast mode may aggregate
+    (``twin.aggregate``): two or more stages, enough microbatches for the three reduced runs
+    (``6 pp + 6`` or a few more for 1F1B / GPipe, ``18 pp`` interleaved), and none of what
+    blocks aggregation (faults, jitter, an HBM contention model, DVFS, a cap, the thermal
+    model). Plain draws reach it about once in 150; these make the shortcut's combinations
+    with sharding, overlap, ring models, topologies and communication energy common."""
+    while True:
+        d = make_scenario(rng)
+        w = d["workload"]
+        par = w["parallelism"]
+        if par["pp"] >= 2:
+            break
+    pp, dp, micro = par["pp"], par["dp"], w["micro_batch"]
+    m = 18 * pp if w["schedule"] == "interleaved" else 6 * pp + 6 + rng.choice([0, 1, 3])
+    w.update(global_batch=dp * micro * m, seq_len=256)
+    d.update(faults=[], simulation={}, memory={})
+    power = d["power"]
+    for key in ("dvfs", "cap_w"):
+        power.pop(key, None)
+    power["thermal"] = {"enabled": False}
+    return d
+
+
 @dataclass
 class Outcome:
     """The verdict on one scenario: ``agree``, ``differ`` or ``invalid``."""
@@ -176,12 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=200, help="valid scenarios to compare")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--aggregation", type=int, default=5, metavar="K",
+                    help="every K-th draw one the fast mode may aggregate (from a stream of "
+                         "its own: the other draws are those of --seed); 0: none")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
+    rng_agg = random.Random(f"aggregation-{args.seed}")
     counts = {"agree": 0, "differ": 0, "invalid": 0}
     worst = 0.0
+    draws = 0
     while counts["agree"] + counts["differ"] < args.cases:
-        res = compare(make_scenario(rng))
+        draws += 1
+        agg = args.aggregation > 0 and draws % args.aggregation == 0
+        res = compare(make_aggregation_scenario(rng_agg) if agg else make_scenario(rng))
         counts[res.verdict] += 1
         worst = max(worst, res.worst)
         if res.verdict != "invalid":
