@@ -437,6 +437,8 @@ def _aggregated(scenario: Scenario, agg: aggregate.Plan,
     capacity = np.zeros(0)
     for mb in agg.counts:
         model = build(aggregate.reduced(scenario, mb))
+        if not summaries and (reason := aggregate.unsteady(model)) is not None:
+            return None, {"fallback": reason, "microbatches_tried": [], "events_simulated": []}
         env, fabric, ex, _faults = simulate_untraced(model)
         summaries.append(summarize(model, env, fabric, ex, 0.0))
         link_bytes.append(fabric.link_bytes)
