@@ -323,6 +323,57 @@ def test_links_shared_by_stages_in_one_gpipe_phase():
     assert len(links_shared_by_stages(torus.layout, torus.router.route)) == 0
 
 
+def _uneven_interleaved(exact: bool) -> dict:
+    """Interleaved 1F1B, three stages of two chunks, 16 layers placed by compute (`auto`: one
+    stage computes 2.4% more than the next per microbatch), 54 microbatches on a 3 x 2
+    torus (a differential draw of session 38, `--seed 15 --aggregation 1`)."""
+    d = _cool(exact, parallelism={"dp": 2, "tp": 1, "pp": 3}, schedule="interleaved",
+              virtual_stages=2, stage_layers="auto", seq_len=256, micro_batch=2,
+              global_batch=216)
+    d["cluster"]["topology"]["shape"] = [3, 2]
+    return d
+
+
+def test_a_pipeline_still_filling_its_idle_slots_is_not_aggregated(monkeypatch):
+    """Up to ~15 microbatches the busiest device hides part of its work in the pipeline's
+    idle slots and the run grows by less per microbatch than that device computes; the
+    reduced counts 6, 9, 12 lie on a line (projected error ~1e-13) that misses the
+    54-microbatch run by 1.4%. The fast mode refuses to extrapolate from a growth below the
+    busiest device's compute and simulates every microbatch, as exact mode does."""
+    from twin import aggregate
+
+    exact = run(load_scenario(_uneven_interleaved(True))).summary
+    fast = run(load_scenario(_uneven_interleaved(False))).summary
+    assert "microbatch_aggregation" not in fast["shortcuts_used"]
+    assert fast["aggregation"]["fallback"].startswith("not yet steady at 9-12 microbatches")
+    for key in ("iteration_time_s", "energy_j"):
+        assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
+    monkeypatch.setattr(aggregate, "short_of_busiest", lambda *a: None)
+    agg = run(load_scenario(_uneven_interleaved(False))).summary
+    assert agg["aggregation"]["max_projected_error"] < REL_TOL
+    assert agg["iteration_time_s"] < exact["iteration_time_s"] * (1 - 5e-3)  # past 0.5%
+
+
+def test_growth_below_the_busiest_devices_compute_is_not_steady():
+    """Closed form: counts 6, 9, 12 (step 3); the run grows 0.3 s per step = 0.1 s per
+    microbatch. A device computing 0.11 s per microbatch: not steady; one computing exactly
+    0.1 s (compute-bound), or less, or 0.1 s plus rounding: steady."""
+    from twin.aggregate import Plan, short_of_busiest
+
+    p = Plan(54, (6, 9, 12))
+    spans = [1.0, 1.3, 1.6]
+
+    def busy(*rates):
+        return [np.array([r * k for r in rates]) for k in p.counts]
+
+    why = short_of_busiest(p, spans, busy(0.05, 0.11))
+    assert why is not None and "grows by 0.1 s per microbatch" in why and "(0.11 s)" in why
+    assert short_of_busiest(p, spans, busy(0.05, 0.1)) is None
+    assert short_of_busiest(p, spans, busy(0.1 * (1 + 1e-12))) is None
+    assert short_of_busiest(p, spans, busy(0.02, 0.07)) is None
+    assert short_of_busiest(p, spans, [np.zeros(0)] * 3) is None
+
+
 def test_projected_error_of_a_quadratic_is_its_true_error():
     """v = a + b k + c k^2 sampled at m1, m2, m3: the line through the last two misses v(m)
     by c (m - m2)(m - m3), which is what the check projects; an affine v projects 0."""

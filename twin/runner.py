@@ -433,7 +433,7 @@ def _aggregated(scenario: Scenario, agg: aggregate.Plan,
     """Simulate the reduced microbatch counts of ``agg`` and extrapolate (``twin.aggregate``);
     returns ``(result, None)``, or ``(None, fallback record)`` when the extrapolation is not
     accurate enough and the full run must be simulated."""
-    summaries, link_bytes, its = [], [], []
+    summaries, link_bytes, its, busy = [], [], [], []
     capacity = np.zeros(0)
     for mb in agg.counts:
         model = build(aggregate.reduced(scenario, mb))
@@ -444,7 +444,8 @@ def _aggregated(scenario: Scenario, agg: aggregate.Plan,
         link_bytes.append(fabric.link_bytes)
         capacity = fabric.capacity
         its.append(iteration_times(ex))
-    summary, reason = aggregate.combine(agg, summaries, link_bytes, capacity)
+        busy.append(np.array([a.stats.compute_s for a in ex.accelerators]))
+    summary, reason = aggregate.combine(agg, summaries, link_bytes, capacity, busy)
     if summary is None:
         return None, {"fallback": reason, "microbatches_tried": list(agg.counts),
                       "events_simulated": [int(s["events"]) for s in summaries]}
