@@ -163,7 +163,7 @@ def test_a_long_input_path_is_shown_cut_to_300_characters(tmp_path):
     (b'status,iteration_time_s\n"ok,1\n', "is not a CSV table"),
     (b"a,b\n1,2\n", "has no column status, iteration_time_s"),
     (b"status,iteration_time_s\nok,1\nok,fast\n", "column iteration_time_s that is not a "
-     "number (line 3)"),
+     "number (data row 2)"),
 ])
 def test_a_csv_table_an_option_names_is_refused_under_the_option(tmp_path, content, words):
     """``twin report --sweep`` / ``twin pareto --reference`` read a CSV a user points them

@@ -253,8 +253,8 @@ def read_csv_table(path: str | Path, what: str, field: str, columns: dict[str, b
         values = pd.to_numeric(table[col], errors="coerce")
         bad = values.isna() & table[col].notna()
         if bad.any():
-            row = int(bad.to_numpy().argmax()) + 2  # 1-based, after the header line
-            raise refuse(f"has a value in column {col} that is not a number (line {row})")
+            row = int(bad.to_numpy().argmax()) + 1
+            raise refuse(f"has a value in column {col} that is not a number (data row {row})")
         table[col] = values
     return table
 
