@@ -81,11 +81,12 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def _evidence(layer: str, attr: dict, td: TraceData) -> str:
+def _evidence(layer: str, share: float, attr: dict, td: TraceData) -> str:
+    """The evidence for ``layer``, which holds ``share`` of the iteration time (> 0: the
+    verdict names a layer only when its share reaches ``min_share``)."""
     s = td.summary
     f = attr["fractions"]
     t = attr["iteration_time_s"]
-    share = layer_times(attr)[layer] / t if t > 0 else 0.0
     if layer == "interconnect":
         parts = [f"{k.split()[1]} {_pct(f.get(k, 0))}" for k in
                  (WAIT_CATEGORY["dp_wait"], WAIT_CATEGORY["tp"], PIPE) if f.get(k, 0) > 0]
@@ -112,7 +113,7 @@ def _evidence(layer: str, attr: dict, td: TraceData) -> str:
                 f"{s.get('max_temperature_c', float('nan')):.1f} C)")
     if layer == "memory bandwidth":
         return (f"memory bandwidth: {_pct(share)} of the iteration is compute waiting on HBM "
-                f"({_pct(attr.get('hbm_bound_s', 0) / t if t else 0)} beyond the math roof, "
+                f"({_pct(attr.get('hbm_bound_s', 0) / t)} beyond the math roof, "
                 f"{_pct(f.get(MEMORY, 0))} contention; slowdown mean "
                 f"{s.get('memory_slowdown_mean', 1):.3g})")
     if layer == "data loading":
@@ -198,7 +199,7 @@ def verdict(attr: dict[str, Any], td: TraceData, sweep: str | Path | None = None
                 f"blocks take {_pct(comp)} of it")
         move = "faster math: lower precision, larger GEMMs, fewer recomputed FLOPs"
     else:
-        text = _evidence(layer, attr, td)
+        text = _evidence(layer, shares[layer], attr, td)
         move = MOVES[layer]
     nb = next_best(td, sweep)
     if nb is not None:
