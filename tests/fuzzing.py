@@ -422,14 +422,14 @@ def _foreign_h5(rng: random.Random) -> bytes:
 
 def _edited_trace(rng: random.Random) -> bytes:
     """A structurally valid HDF5 copy of the good trace with a table, column or attribute
-    removed or replaced."""
+    removed or replaced, or a table cut to no rows."""
     import h5py
 
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "e.h5"
         p.write_bytes(_good_trace())
         with h5py.File(p, "a") as f:
-            what = rng.randrange(6)
+            what = rng.randrange(7)
             if what == 0:
                 del f[rng.choice(list(f))]
             elif what == 1:
@@ -443,11 +443,14 @@ def _edited_trace(rng: random.Random) -> bytes:
             elif what == 4:
                 g = f[rng.choice([k for k in f if isinstance(f[k], h5py.Group)])]
                 g.attrs["units"] = rng.choice(["{", '{"zzz": "s"}', "[]"])
-            else:
+            elif what == 5:
                 g = f[rng.choice([k for k in f if isinstance(f[k], h5py.Group)])]
                 c = rng.choice(list(g))
                 n = g[c].shape[0]
                 g[c].resize((max(n - 1, 0),))
+            else:  # a whole table cut to no rows (its columns still agree)
+                for data in f[rng.choice([k for k in f if isinstance(f[k], h5py.Group)])].values():
+                    data.resize((0, *data.shape[1:]))
         return p.read_bytes()
 
 

@@ -382,3 +382,31 @@ def test_the_attribution_plot_stacks_each_iterations_categories_in_order():
                     [(2.0, 0.5), (1.5, 0.0)],       # idle
                     [(2.5, 0.0), (1.5, 0.25)]]      # interconnect
     assert [t.get_text() for t in ax.get_yticklabels()] == ["iteration 0", "iteration 1"]
+
+
+@pytest.mark.parametrize("damage", ["no rows", "no time"])
+def test_a_trace_whose_ops_hold_no_timed_compute_is_refused(tmp_path, capsys, damage):
+    """A run always records compute ops that take time. A trace whose ops table was emptied
+    (every column cut to no rows: a zip of the iteration starts and ends failed with a
+    traceback) or whose ops all start and end at 0 (every layer's share was 0 / 0) has no
+    iteration to attribute: a clear error, exit 2."""
+    import shutil
+
+    import h5py
+
+    from twin.kernel.errors import ScenarioError
+
+    res = _run(tmp_path, "cut")
+    bad = tmp_path / "bad.h5"
+    shutil.copy(res.trace_path, bad)
+    with h5py.File(bad, "a") as f:
+        for col, data in f["ops"].items():
+            if damage == "no rows":
+                data.resize((0,))
+            elif col in ("t_start", "t_end"):
+                data[...] = 0.0
+    with pytest.raises(ScenarioError, match="no compute op that takes time"):
+        build_report(bad)
+    assert main(["report", str(bad)]) == 2
+    assert "no iteration to attribute" in capsys.readouterr().err
+    assert main(["report", str(res.trace_path)]) == 0  # the undamaged trace

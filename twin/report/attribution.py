@@ -144,6 +144,13 @@ def attribute(td: TraceData) -> dict[str, Any]:
     power = td.table("power")
     costs = _Costs(td)
     ends, crit = iteration_ends(ops)
+    # the mean iteration time is ends[-1] / n; a run's compute ops take time: a damaged trace
+    if not len(ends) or not ends[-1] > 0:
+        from twin.kernel.errors import ScenarioError
+
+        raise ScenarioError(f"{td.path}: the trace's ops table holds no compute op that takes "
+                            "time, so no iteration to attribute (a trace cut or edited after "
+                            "the run?)")
     starts = np.concatenate([[0.0], ends[:-1]])
     restarts = np.sort(td.table("faults").query("kind == 'restart'")["time_s"].to_numpy()) \
         if td.has("faults") and len(td.table("faults")) else np.array([])
@@ -187,14 +194,14 @@ def attribute(td: TraceData) -> dict[str, Any]:
         out.append({"iteration": i, "start_s": float(lo), "end_s": float(hi),
                     "time_s": float(hi - lo), "critical_class": int(c),
                     "categories": dict(sorted(cat.items(), key=lambda kv: -kv[1]))})
-    n = max(len(out), 1)
+    n = len(out)
     names = sorted({k for it in out for k in it["categories"]})
     mean = {k: sum(it["categories"].get(k, 0.0) for it in out) / n for k in names}
     t_mean = sum(it["time_s"] for it in out) / n
     order = sorted(mean, key=lambda k: -mean[k])
     return {"iterations": out, "iteration_time_s": t_mean,
             "mean": {k: mean[k] for k in order},
-            "fractions": {k: mean[k] / t_mean if t_mean > 0 else 0.0 for k in order},
+            "fractions": {k: mean[k] / t_mean for k in order},
             "hbm_bound_s": _hbm_bound(ops, costs, crit, starts, ends),
             "critical_path": "compute stream of the class that ends each iteration",
             "board_limit_w": float(costs.cap_w)}

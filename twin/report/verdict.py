@@ -190,7 +190,7 @@ def verdict(attr: dict[str, Any], td: TraceData, sweep: str | Path | None = None
     """The bottleneck layer with its evidence, the alerts, and what would move it."""
     t = attr["iteration_time_s"]
     layers = layer_times(attr)
-    shares = {k: (v / t if t > 0 else 0.0) for k, v in layers.items()}
+    shares = {k: v / t for k, v in layers.items()}  # (t > 0: twin.report.attribution)
     layer = max(shares, key=shares.get)
     if shares[layer] < min_share:
         layer = "compute"
