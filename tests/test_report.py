@@ -410,3 +410,29 @@ def test_a_trace_whose_ops_hold_no_timed_compute_is_refused(tmp_path, capsys, da
     assert main(["report", str(bad)]) == 2
     assert "no iteration to attribute" in capsys.readouterr().err
     assert main(["report", str(res.trace_path)]) == 0  # the undamaged trace
+
+
+def test_the_near_power_alert_starts_at_90_percent_of_the_limit():
+    """Board power exactly 90% of the limit is near it (the comparison allows rounding of
+    the product); 0.1 W below it is not."""
+    import pandas as pd
+
+    from twin.report.verdict import _alerts
+
+    class _Trace:  # the parts of a TraceData the alerts read
+        summary = {"mfu": 0.5, "max_link_utilization": 0.1}
+        scenario: dict = {}
+
+        def __init__(self, peak):
+            self.peak = peak
+
+        def table(self, name):
+            assert name == "power"
+            return pd.DataFrame({"watts": [100.0, self.peak]})
+
+    for limit in (700.0, 400.0, 1000.0, 333.0):
+        edge = 0.9 * limit
+        near = _alerts(_Trace(edge), {"board_limit_w": limit})
+        assert any("board power up to" in a for a in near)
+        assert not any("board power" in a
+                       for a in _alerts(_Trace(edge - 0.1), {"board_limit_w": limit}))
