@@ -18,7 +18,7 @@ what they make of the results; everything else is written once, here:
 * resuming: a journal keeps every finished run as it arrives (:class:`RecordDir`: one JSON file
   per run; :class:`JsonLines`: one line per run); ``--resume`` reads it back, ignoring torn or
   unreadable records;
-* writing: :func:`atomic_write` and its helpers: an output file is complete or absent.
+* writing: :func:`twin.outputs.atomic_write` and helpers: an output file is complete or absent.
 
 Tasks write their own files and return small picklable results, so callers persist each one
 immediately and never lose finished work. Heavy imports (Dask, tqdm, pandas) happen inside
@@ -46,6 +46,7 @@ from twin.kernel.schema import (
     read_yaml,
     require_mapping,
 )
+from twin.outputs import atomic_write
 
 
 # ----------------------------------------------------------------------------- input files
@@ -396,26 +397,6 @@ class JsonLines:
 
 
 # ----------------------------------------------------------------------------- writing
-def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
-    """Call ``write(temporary path)`` next to ``path``, then rename it to ``path``: readers see
-    the old file or the complete new one, never a partial one."""
-    from twin.kernel.trace import glob_escape, pid_alive
-
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    for stale in path.parent.glob(f".{glob_escape(path.name)}.tmp-*"):
-        pid = stale.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            stale.unlink(missing_ok=True)  # left by a killed invocation
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) atomically."""
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

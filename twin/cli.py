@@ -462,7 +462,9 @@ class ValidateCommand(Command):
         df = run_checks(args.only)
         print(format_report(df))
         if args.csv:
-            df.to_csv(args.csv, index=False)
+            from twin.outputs import atomic_write
+
+            atomic_write(args.csv, lambda tmp: df.to_csv(tmp, index=False))
         return 1 if args.strict and not df["ok"].all() else 0
 
 

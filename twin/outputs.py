@@ -22,7 +22,9 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from twin.kernel.errors import Problem, ScenarioError
 
@@ -163,3 +165,26 @@ def confine(path: str | Path, key: str, root: Path | None = None) -> Path:
                        "file may only write below it", "a relative path without '..', or "
                        "give the path on the command line with -o")
     return p
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """Call ``write(temporary path)`` next to ``path`` (its folders made first), then rename it
+    to ``path``: readers see the old file or the complete new one, never a partial one, even
+    when the command is killed while writing. ``write`` must not infer the format from the
+    temporary name's suffix (give it explicitly, e.g. ``savefig(tmp, format="png")``)."""
+    from twin.kernel.trace import glob_escape, pid_alive
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    for stale in path.parent.glob(f".{glob_escape(path.name)}.tmp-*"):
+        pid = stale.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)  # left by a killed invocation
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

@@ -68,7 +68,6 @@ def timeline(trace: str | Path, out: str | Path, max_rows: int = 64) -> Path:
     fig.legend(handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in present],
                loc="lower center", fontsize=8, ncol=min(len(present), 4), frameon=False)
     fig.tight_layout(rect=(0, 0.45 / fig_h, 1, 1))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    return out
+    from twin.outputs import atomic_write
+
+    return atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))

@@ -126,7 +126,6 @@ def export_trace(trace: str | Path, out: str | Path, fmt: str | None = None,
              "window_s": [w if np.isfinite(w) else None for w in win] if win else None,
              "devices": devices,
              "cut_at_s": cut, "time_unit_of_ts": "us"}
-    out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "chrome":
         from twin.export.chrome import write_chrome
 

@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from twin.export.timeline import ARG_COLUMNS, Timeline
+from twin.outputs import atomic_write
 
 US = 1e6
 
@@ -74,5 +75,5 @@ def write_chrome(tl: Timeline, out: Path, other: dict) -> Path:
     """Write the JSON (gzip when ``out`` ends in ``.gz``)."""
     doc = {"traceEvents": events(tl), "displayTimeUnit": "ns", "otherData": other}
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
-    out.write_bytes(gzip.compress(data, 6) if out.suffix == ".gz" else data)
-    return out
+    payload = gzip.compress(data, 6) if out.suffix == ".gz" else data
+    return atomic_write(out, lambda tmp: tmp.write_bytes(payload))

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from twin.export.timeline import ARG_COLUMNS, Timeline
+from twin.outputs import atomic_write
 
 SEQUENCE_ID = 1
 _INT_ARGS = ("stage", "mb", "chunk", "layer", "iteration")
@@ -126,5 +127,5 @@ def write_perfetto(tl: Timeline, out: Path) -> Path:
         e.track_uuid = global_uuid if int(i.pid) == 0 else proc_uuid[int(i.pid)]
         e.name = str(i.name)
         e.categories.append(str(i.cat))
-    out.write_bytes(b.serialize())
-    return out
+    payload = b.serialize()
+    return atomic_write(out, lambda tmp: tmp.write_bytes(payload))

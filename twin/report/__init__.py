@@ -58,9 +58,8 @@ def format_report(rep: dict[str, Any]) -> str:
 
 def write_html(rep: dict[str, Any], trace: str | Path, out: str | Path) -> Path:
     """Write the HTML report with its plots embedded."""
+    from twin.outputs import atomic_write
     from twin.report.html import render
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(rep, TraceData(trace, need=("ops", "power"))), encoding="utf-8")
-    return out
+    html = render(rep, TraceData(trace, need=("ops", "power")))
+    return atomic_write(out, lambda tmp: tmp.write_text(html, encoding="utf-8"))
