@@ -406,6 +406,12 @@ def test_combiner_keeps_equal_peaks_and_names_what_it_cannot_know():
     assert cmb.value(10.0, 12.0, 12.0, "bent") is None  # flat after a step: not affine
     assert cmb.undefined == ["peak_power_w", "x", "bent"]
     assert cmb.value([1.0, 10.0], [1.0, 12.0], [1.0, 14.0], "v") == [1.0, 100.0]
+    # words and truth values: kept when the three runs agree, else None and listed
+    assert cmb.value("lockstep", "lockstep", "lockstep", "ring_model") == "lockstep"
+    assert cmb.value(True, True, True, "completed") is True
+    assert cmb.value("a", "a", "b", "mode") is None
+    assert cmb.value(False, True, True, "flag") is None
+    assert cmb.undefined == ["peak_power_w", "x", "bent", "mode", "flag"]
 
 
 def test_combine_falls_back_when_a_core_key_bends():
