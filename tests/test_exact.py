@@ -300,24 +300,33 @@ def test_gpipe_stages_whose_traffic_meets_are_not_aggregated(monkeypatch):
     assert abs(agg["iteration_time_s"] / full["iteration_time_s"] - 1) > REL_TOL
 
 
-def test_links_shared_by_stages_in_one_gpipe_phase():
-    """On the nodes above, the NIC link into each stage-1 GPU carries stage 0's forward send
-    and stage 1's own TP traffic from the other node (routes read from the router, pair by
+@pytest.mark.parametrize("shape, tp, pp", [([2, 4], 4, 2), ([1, 6], 2, 3)])
+def test_links_shared_by_stages_in_one_gpipe_phase(shape, tp, pp):
+    """TP groups across nodes (four nodes of two GPUs, TP 4 x pp 2; six one-GPU nodes, TP 2 x
+    pp 3): the NIC link into each GPU of a later stage carries the previous stage's forward
+    send and the GPU's own TP traffic from another node (routes read from the router, pair by
     pair); on the 4 x 4 torus of the aggregated GPipe case, no link carries two stages'
     traffic in one phase (that run aggregates and agrees with exact mode to 1e-9 above)."""
     from twin.build import build
     from workloads.tp_isolation import links_shared_by_stages
 
-    m = build(load_scenario(_gpipe_on_nodes(False)))
+    d = _gpipe_on_nodes(False)
+    d["cluster"]["topology"]["shape"] = shape
+    d["workload"].update(parallelism={"dp": 1, "tp": tp, "pp": pp}, stage_layers="auto")
+    m = build(load_scenario(d))
     lay, route = m.layout, m.router.route
     shared = set(links_shared_by_stages(lay, route).tolist())
-    ranks, peers = lay.peer_ranks(0, 1)
-    for a_rank, b_rank in zip(ranks.tolist(), peers.tolist(), strict=True):
-        a, b = int(lay.device[a_rank]), int(lay.device[b_rank])
-        into_b = route(a, b)[-1]
-        tp = lay.group_devices("tp", int(lay.group_id("tp", np.array([b_rank]))[0]))
-        assert any(route(x, b)[-1] == into_b for x in tp.tolist() if x != b)
-        assert into_b in shared
+    checked = 0
+    for c in np.flatnonzero(lay.class_stage < pp - 1).tolist():
+        ranks, peers = lay.peer_ranks(c, 1)
+        for a_rank, b_rank in zip(ranks.tolist(), peers.tolist(), strict=True):
+            a, b = int(lay.device[a_rank]), int(lay.device[b_rank])
+            into_b = route(a, b)[-1]
+            group = lay.group_devices("tp", int(lay.group_id("tp", np.array([b_rank]))[0]))
+            assert any(route(x, b)[-1] == into_b for x in group.tolist() if x != b)
+            assert into_b in shared
+            checked += 1
+    assert checked == tp * (pp - 1)
     torus = build(load_scenario(_cool(False, **AGG_CASES["gpipe_pp4_m30"])))
     assert len(links_shared_by_stages(torus.layout, torus.router.route)) == 0
 
