@@ -668,6 +668,28 @@ def test_damaged_traces_exit_2_with_what_is_wrong(tmp_path, capsys, good_trace, 
             assert code == 2 and words in err, (cmd, err)
 
 
+@pytest.mark.parametrize("table", ["ops", "devices"])
+def test_a_table_claiming_more_rows_than_its_bytes_can_hold_is_refused(tmp_path, capsys,
+                                                                      good_trace, table):
+    """A damaged header can make a column claim 10^14 rows in a few hundred stored bytes
+    (the fuzzer, seed 44: `twin report` then asked NumPy for 836 TiB). No compression packs
+    rows that tightly (DEFLATE at most ~1032:1), so the column is refused as corrupted before
+    it is read, by the trace check and by every command reading the table (report reads the
+    devices table after the check)."""
+    path = tmp_path / "t.h5"
+    path.write_bytes(good_trace)
+    with h5py.File(path, "a") as f:
+        for data in f[table].values():  # every column: the lengths still agree
+            data.resize((10**14,))
+    commands = [["report"]]
+    if table == "ops":  # (export and limits do not read the devices table)
+        commands += [["limits"], ["export", "-o", str(tmp_path / "t.json")]]
+    for cmd in commands:
+        code, _, err = _cli(capsys, cmd[0], str(path), *cmd[1:])
+        assert code == 2 and f"dataset {table}/" in err and "more than any compression" in err, (
+            cmd, err)
+
+
 @pytest.mark.parametrize("units", [None, "{}"])
 def test_a_table_without_units_is_checked_column_by_column(tmp_path, capsys, good_trace,
                                                            units):

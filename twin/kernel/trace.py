@@ -426,6 +426,8 @@ def _check_table(f: h5py.File, name: str, p: Path, read_all: bool) -> dict[str, 
         if ds.ndim != 1:
             raise TraceError(f"{p}: dataset {name}/{c} is corrupted (not one column)")
         lengths.add(ds.shape[0])
+        if (why := _implausible(ds)) is not None:
+            raise TraceError(f"{p}: dataset {name}/{c} is corrupted ({why})")
         try:
             arr = ds[()]
         except (OSError, RuntimeError, ValueError) as exc:
@@ -449,6 +451,22 @@ def _check_table(f: h5py.File, name: str, p: Path, read_all: bool) -> dict[str, 
     return digests
 
 
+#: Most a column's rows can outweigh its stored bytes: DEFLATE (gzip) compresses at most
+#: ~1032:1 (a 258-byte match per 2-bit code), LZF less; shuffle does not change the bound.
+MAX_COMPRESSION = 1100
+
+
+def _implausible(ds: h5py.Dataset) -> str | None:
+    """Why a column's claimed length cannot be what the writer stored (a damaged header
+    claiming billions of rows would otherwise be allocated in memory), or None."""
+    logical = ds.shape[0] * ds.dtype.itemsize if ds.ndim == 1 else 0
+    stored = ds.id.get_storage_size()
+    if logical > MAX_COMPRESSION * stored + (1 << 20):
+        return (f"it claims {ds.shape[0]} rows ({logical} bytes) in {stored} stored bytes, "
+                f"more than any compression gives")
+    return None
+
+
 def _columns(g: h5py.Group, units: dict[str, str]) -> list[str]:
     """The columns :func:`read_table` reads, so :func:`open_trace` checks exactly those: the
     ones the ``units`` attribute names, or every member when it names none (a trace whose
@@ -468,6 +486,8 @@ def read_table(path: str | Path, name: str) -> pd.DataFrame:
         units = json.loads(g.attrs.get("units", "{}"))
         data = {}
         for c in _columns(g, units):
+            if (why := _implausible(g[c])) is not None:
+                raise ValueError(f"dataset {name}/{c} is corrupted ({why})")
             arr = g[c][()]
             cats = g.attrs.get(f"categories/{c}")
             if cats is not None:
