@@ -690,6 +690,26 @@ def test_a_table_claiming_more_rows_than_its_bytes_can_hold_is_refused(tmp_path,
             cmd, err)
 
 
+def test_a_column_whose_storage_cannot_be_read_is_corrupted():
+    """HDF5 may fail to report a damaged column's stored size (fuzzer, seed 44: a
+    RuntimeError 'Unable to get storage size' from `twin report`): the column is corrupted,
+    said in words, not an exception out of the size check."""
+    import numpy as np
+
+    from twin.kernel.trace import _implausible
+
+    class _Id:
+        @staticmethod
+        def get_storage_size():
+            raise RuntimeError("Unable to get storage size (attempting I/O in temporary file "
+                               "space)")
+
+    class _Column:
+        shape, ndim, dtype, id = (10,), 1, np.dtype("int32"), _Id()
+
+    assert _implausible(_Column()).startswith("its storage cannot be read: Unable to get")
+
+
 @pytest.mark.parametrize("units", [None, "{}"])
 def test_a_table_without_units_is_checked_column_by_column(tmp_path, capsys, good_trace,
                                                            units):

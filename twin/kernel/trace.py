@@ -460,7 +460,10 @@ def _implausible(ds: h5py.Dataset) -> str | None:
     """Why a column's claimed length cannot be what the writer stored (a damaged header
     claiming billions of rows would otherwise be allocated in memory), or None."""
     logical = ds.shape[0] * ds.dtype.itemsize if ds.ndim == 1 else 0
-    stored = ds.id.get_storage_size()
+    try:
+        stored = ds.id.get_storage_size()
+    except (OSError, RuntimeError, ValueError) as exc:
+        return f"its storage cannot be read: {_short(exc)}"
     if logical > MAX_COMPRESSION * stored + (1 << 20):
         return (f"it claims {ds.shape[0]} rows ({logical} bytes) in {stored} stored bytes, "
                 f"more than any compression gives")
