@@ -162,7 +162,7 @@ def _cool(exact: bool, **workload) -> dict:
 
 
 #: the plainest cases run only in `make test-slow` (their layouts recur in the others)
-_AGG_SLOW = ("1f1b_pp2_m18", "1f1b_pp4_m30")
+_AGG_SLOW = ("1f1b_pp2_m18", "1f1b_pp4_m30", "1f1b_pp2_m18_3iter")
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in _AGG_SLOW
@@ -468,8 +468,9 @@ def test_one_agent_per_tp_group_agrees_with_exact_mode(case):
         assert group[key] == pytest.approx(exact[key], rel=5e-3), key
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "1f1b"
-                                  else c for c in CASES])  # 1f1b: in make test-slow only
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow)
+                                  if c in ("1f1b", "interleaved") else c for c in CASES])
+# (1f1b and interleaved: in make test-slow only; tp8_pp2 and dp_tp stay in make test)
 def test_one_agent_per_tp_group_with_per_device_hbm_draws_agrees_with_exact_mode(case):
     """FR-FCFS HBM contention drawn per device (the default): one agent per tensor-parallel
     group whose device agent draws each member's factors, against exact mode (one agent and

@@ -238,12 +238,20 @@ def test_runs_agree_with_the_flow_engine(case, monkeypatch):
         assert fluid[key] == pytest.approx(flows[key], rel=1e-9), key
 
 
-def test_exact_mode_and_no_ports_take_no_fluid_jobs():
+_FLUID_KW = {"overlap": {"tp_comm": True}, "memory": {"model": "frfcfs"}}
+
+
+@pytest.mark.slow  # (32 devices in exact mode; exact mode's empty shortcut list: test_exact.py)
+def test_exact_mode_takes_no_fluid_jobs():
     from tests.test_tp_closed_form import _run
 
-    kw = {"overlap": {"tp_comm": True}, "memory": {"model": "frfcfs"}}
-    assert _run(True, **kw)["tp_fluid_collectives"] == 0
-    no_cap = _run(False, **kw | {"memory": {"model": "frfcfs", "transfer_cap": False}})
+    assert _run(True, **_FLUID_KW)["tp_fluid_collectives"] == 0
+
+
+def test_without_ports_tp_collectives_take_the_closed_form_not_fluid_jobs():
+    from tests.test_tp_closed_form import _run
+
+    no_cap = _run(False, **_FLUID_KW | {"memory": {"model": "frfcfs", "transfer_cap": False}})
     assert no_cap["tp_fluid_collectives"] == 0 and no_cap["tp_closed_form_collectives"] > 0
 
 
