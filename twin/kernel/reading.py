@@ -242,8 +242,9 @@ def read_csv_table(path: str | Path, what: str, field: str, columns: dict[str, b
     try:
         table = pd.read_csv(io.StringIO(text))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise refuse(f"is not a CSV table ({first})") from None
+        lines = str(exc).strip().splitlines()
+        raise refuse(f"is not a CSV table ({lines[0][:120] if lines else type(exc).__name__})"
+                     ) from None
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise refuse(f"has no column {', '.join(missing)}")
