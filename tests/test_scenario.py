@@ -142,6 +142,31 @@ def test_bad_override_syntax_and_unknown_override_key():
     assert _paths(scenario_dict(), ["workload.nope=3"]) == ["workload.nope"]
 
 
+def test_a_dotted_key_with_an_empty_part_is_refused_from_every_door():
+    """A key with an empty part (``a..b``, ``workload.``, ``''``) used to be walked as if
+    ``''`` were a key, so a campaign's grid or a sweep's ``set`` answered with an unknown key
+    elsewhere (``a``) or the file itself; it is refused as the key it is."""
+    for key in ("", "workload..micro_batch", "workload.", ".seed"):
+        with pytest.raises(ScenarioError) as exc:
+            load_scenario(scenario_dict(), {key: 1})
+        (p,) = exc.value.problems
+        assert p.message.startswith("not a dotted scenario key") and p.value == key
+    assert _paths(scenario_dict(), ["workload..micro_batch=1"]) == ["--set"]
+
+
+def test_a_tagged_mapping_without_its_tag_lists_the_tags_allowed():
+    """pydantic names no tags when the tag is missing; the problem lists them from the
+    union in the schema, a fault's kinds and a failure process's distributions."""
+    raw = scenario_dict(faults=[{}, {"kind": "straggler", "factor": 2, "ttf": {}}])
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(raw)
+    wants = {p.path: p.allowed for p in exc.value.problems}
+    assert wants["faults.0"] == ("kind: one of link_down, link_up, link_failure, nic_failure, "
+                                 "accelerator_failure, straggler, hbm_degradation, "
+                                 "cooling_failure")
+    assert wants["faults.1.ttf"] == "dist: one of exponential, weibull, lognormal, fixed"
+
+
 def test_device_with_base_and_overrides():
     s = load_scenario(scenario_dict(cluster__device={"base": "h100-sxm", "tdp_w": 600}))
     assert s.cluster.device.tdp_w == 600 and s.cluster.device.hbm_gb == 80

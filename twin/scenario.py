@@ -315,7 +315,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError([Problem("--set", "override must look like dotted.key=value", text)])
     key, _, raw = text.partition("=")
     key = key.strip()
-    if not key or any(not part for part in key.split(".")):
+    if not _is_dotted(key):
         raise ScenarioError([Problem("--set", "empty key in override", text)])
     from twin.kernel.reading import load_yaml_text
 
@@ -323,7 +323,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _is_dotted(key: str) -> bool:
+    """Whether ``key`` is a dotted scenario key: no part empty (``a..b``, ``a.``, ``''``)."""
+    return all(key.split("."))
+
+
 def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]) -> None:
+    if not _is_dotted(key):  # a campaign's grid or a sweep's `set` key, not only --set
+        raise ScenarioError([Problem(key or "<empty key>", "not a dotted scenario key: a part "
+                                     "is empty", key, "e.g. workload.micro_batch")])
     parts = key.split(".")
     node: Any = raw
     for i, part in enumerate(parts[:-1]):

@@ -286,6 +286,11 @@ def problems_from_validation(exc: ValidationError, prefix: str = "",
         path = ".".join([prefix, *loc] if prefix else loc)
         value = err.get("input")
         wants = _wants(err)
+        if etype == "union_tag_not_found" and model is not None:  # pydantic names no tags
+            disc = str((err.get("ctx") or {}).get("discriminator", "kind")).strip("'")
+            tags = tags_at(model, [p for p in raw_loc if p != "[key]" and not _is_tag(p)],
+                           disc, document)
+            wants = f"{disc}: one of {', '.join(tags)}" if tags else f"a {disc}"
         own_path = path
         if tag_at is not None and etype not in ("extra_forbidden", "missing"):
             # an alternative of a union: reported once, at the union's own path
@@ -375,6 +380,19 @@ def model_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...],
     walked through models, lists, tuples, mappings and unions. A union of models is resolved
     by the ``document``'s mapping there (its discriminator, e.g. a fault's ``kind``) when
     given. None where no single model does (a scalar, an unresolved union)."""
+    found = annotation_at(model, loc, document)
+    if found is None:
+        return None
+    ann, node = found
+    chosen = _chosen(_members(ann), node)
+    return chosen[0] if len(chosen) == 1 else None
+
+
+def annotation_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...],
+                  document: Any = None) -> tuple[Any, Any] | None:
+    """The type annotation that validates the value at ``loc`` and the ``document``'s value
+    there (None where the document has none), walked as :func:`model_at` describes; None
+    where the walk leaves the schema."""
     ann: Any = model
     node = document
     for seg in loc:
@@ -399,8 +417,22 @@ def model_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...],
         inside = (isinstance(node, dict) and seg in node) or (
             isinstance(node, list) and isinstance(seg, int) and seg < len(node))
         node = node[seg] if inside else None
-    found = _chosen(_members(ann), node)
-    return found[0] if len(found) == 1 else None
+    return ann, node
+
+
+def tags_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...], discriminator: str,
+            document: Any = None) -> list[str]:
+    """The values the ``discriminator`` field may take in the tagged union at ``loc`` (a
+    fault's kinds, a distribution's names), for an error that names no tag; empty where
+    ``loc`` holds no such union."""
+    found = annotation_at(model, loc, document)
+    tags: list[str] = []
+    for m in _members(found[0]) if found else []:
+        field = m.model_fields.get(discriminator) if _is_model(m) else None
+        for a in _members(field.annotation) if field else []:
+            if typing.get_origin(a) is Literal:
+                tags.extend(str(v) for v in typing.get_args(a))
+    return tags
 
 
 def read_yaml(path: str | Path, what: str = "scenario") -> Any:
