@@ -43,6 +43,7 @@ from experiments.many import MAX_RUNS, load_spec_file, read_base
 from twin.kernel.errors import InfeasibleConfig, Problem, ScenarioError
 from twin.kernel.schema import (
     StrictModel,
+    dotted_key_problem,
     problems_from_validation,
 )
 
@@ -491,9 +492,9 @@ def _parse_dimension(name: str, value: Any, n_dev: int,
         problems.append(Problem(where, "mixes plain values and {label, set} options", value,
                                 "either all plain values or all {label, set} mappings"))
         return None
-    if any(not p for p in name.split(".")):
-        problems.append(Problem(where, "not a dotted scenario key", name, "e.g. "
-                                "workload.micro_batch"))
+    bad = dotted_key_problem(name, where)
+    if bad:
+        problems.append(bad)
         return None
     opts = tuple(Option(_fmt_value(v), v, {name: v}) for v in value)
     return Dimension(name, "keys", opts)
@@ -609,9 +610,10 @@ def check_override(key: str, value: Any) -> list[Problem]:
     from twin.catalogs import REFERENCES, resolve
     from twin.scenario import Scenario
 
+    bad = dotted_key_problem(key, key)
+    if bad:
+        return [bad]
     parts = key.split(".")
-    if any(not p for p in parts):
-        return [Problem(key, "empty part in dotted key", key)]
     model: type[BaseModel] | None = Scenario
     ann: Any = None
     for i, part in enumerate(parts):

@@ -45,6 +45,32 @@ def sweep_dict(**kw) -> dict:
     return d
 
 
+def test_a_key_with_an_empty_part_is_one_problem_in_every_part_of_a_sweep_and_a_campaign():
+    """``a..b`` is refused as what it is, at its place in the file, wherever a scenario key
+    may be written: a sweep's ``set``, a dimension, an option's ``set``, a boundary
+    condition's ``set``; a campaign's ``grid`` and ``overrides``."""
+    from experiments.campaign import load_campaign
+
+    cases = [
+        (sweep_dict(set={"a..b": 1}), "set.a..b"),
+        (sweep_dict(space={"a..b": [1, 2]}), "space.a..b"),
+        (sweep_dict(space={"x": [{"label": "y", "set": {"a..b": 1}}]}), "space.x[0].a..b"),
+        (sweep_dict(boundary_conditions=[{"name": "n", "set": {"workload.": 1}}]),
+         "boundary_conditions[0].set.workload."),
+    ]
+    for d, path in cases:
+        with pytest.raises(ScenarioError) as exc:
+            load_sweep(d)
+        (p,) = exc.value.problems
+        assert p.path == path
+        assert p.message.startswith("not a dotted scenario key: a part is empty")
+    for change in ({"grid": {"a..b": [1]}}, {"overrides": {"": 1}}):
+        with pytest.raises(ScenarioError) as exc:
+            load_campaign({"name": "c", "base": copy.deepcopy(CHEAP4), "seeds": 1, **change})
+        (p,) = exc.value.problems
+        assert p.message == "not a dotted scenario key: a part is empty"
+
+
 def brute_front(df: pd.DataFrame, cols: list[str]) -> set[str]:
     """Labels of the non-dominated feasible rows, by the definition."""
     ok = df[df.feasible.astype(bool)]

@@ -419,6 +419,14 @@ def test_lognormal_from_log_params():
     assert d.cov == pytest.approx(math.sqrt(math.exp(sigma**2) - 1.0))
 
 
+def test_lognormal_from_log_params_takes_a_small_sigma_and_erlang_one_phase():
+    """Sigma 0.25 is a cov of 0.254: allowed (the bound is sigma > 0); an Erlang of one phase
+    is the exponential of its mean (variance mean^2)."""
+    d = q.Lognormal.from_log_params(math.log(2.0), 0.25)
+    assert d.mean == pytest.approx(2.0 * math.exp(0.25**2 / 2))
+    assert q.Erlang(3.0, 1).variance == pytest.approx(9.0)
+
+
 def test_empirical_moments_exact():
     e = q.Empirical.from_samples([1.0, 3.0])
     assert e.mean == 2.0 and e.variance == 1.0 and e.cov == 0.5
@@ -426,6 +434,18 @@ def test_empirical_moments_exact():
     assert h.mean == 1.0 and h.variance == pytest.approx(4.0 / 12.0)
     x = h.sample(np.random.default_rng(0), 10_000)
     assert x.min() >= 0.0 and x.max() < 2.0
+
+
+def test_an_empty_bin_of_a_histogram_is_allowed_and_its_arrays_are_read_only():
+    """A bin with no count is part of a histogram (one count in all is enough): uniform on
+    [2, 4) has mean 3 and variance 4/12. Its arrays cannot be changed after the moments
+    were computed from them."""
+    h = q.Empirical.from_histogram([0.0, 2.0, 4.0], [0, 1])
+    assert h.mean == 3.0 and h.variance == pytest.approx(4.0 / 12.0)
+    with pytest.raises(ValueError, match="read-only"):
+        h.edges[0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        h.counts[0] = 1.0
 
 
 def test_factory_and_spec_round_trip():
@@ -918,6 +938,12 @@ def test_analyze_queue_drops_a_tenth_and_needs_two_customers_per_batch():
         q.analyze_queue(np.arange(40.0), np.full(40, 0.5))
     r = q.analyze_queue(np.arange(11.0), np.full(11, 0.5), n_batches=4)
     assert r.n_customers == 11 and r.n_warmup == 1
+
+
+def test_an_unknown_service_distribution_lists_the_kinds_with_their_units():
+    with pytest.raises(ScenarioError) as err:
+        q.service_distribution("gamma", mean=1.0)
+    assert "empirical(samples) or empirical(edges, counts) (times in s)" in str(err.value)
 
 
 def test_an_unknown_arrival_process_lists_the_kinds_with_their_units():

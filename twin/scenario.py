@@ -29,6 +29,7 @@ from twin.kernel.schema import (
     NonNegativeFloat,
     PositiveFloat,
     StrictModel,
+    dotted_key_problem,
     int64_problems,
     merge_problems,
     problems_from_validation,
@@ -315,23 +316,19 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError([Problem("--set", "override must look like dotted.key=value", text)])
     key, _, raw = text.partition("=")
     key = key.strip()
-    if not _is_dotted(key):
-        raise ScenarioError([Problem("--set", "empty key in override", text)])
+    bad = dotted_key_problem(key, "--set")
+    if bad:
+        raise ScenarioError([Problem(bad.path, bad.message, text, bad.allowed)])
     from twin.kernel.reading import load_yaml_text
 
     value = load_yaml_text(raw, path=f"--set {key[:100]}") if raw.strip() else ""
     return key, value
 
 
-def _is_dotted(key: str) -> bool:
-    """Whether ``key`` is a dotted scenario key: no part empty (``a..b``, ``a.``, ``''``)."""
-    return all(key.split("."))
-
-
 def _set_path(raw: dict[str, Any], key: str, value: Any, sources: dict[str, str]) -> None:
-    if not _is_dotted(key):  # a campaign's grid or a sweep's `set` key, not only --set
-        raise ScenarioError([Problem(key or "<empty key>", "not a dotted scenario key: a part "
-                                     "is empty", key, "e.g. workload.micro_batch")])
+    bad = dotted_key_problem(key, key)
+    if bad:
+        raise ScenarioError([bad])
     parts = key.split(".")
     node: Any = raw
     for i, part in enumerate(parts[:-1]):

@@ -204,8 +204,8 @@ def _wants(err: dict[str, Any]) -> str:
         lo, hi = ctx.get("min_length"), ctx.get("max_length")
         unit = "characters" if etype.startswith("string") else "items"
         if etype.endswith("short"):
-            return f"at least {lo} {unit}"
-        return f"at most {hi} {unit}"
+            return f"at least {lo} {unit[:-1] if lo == 1 else unit}"
+        return f"at most {hi} {unit[:-1] if hi == 1 else unit}"
     if etype in _WANTS:
         return _WANTS[etype]
     return ""
@@ -433,6 +433,16 @@ def tags_at(model: type[BaseModel], loc: list[Any] | tuple[Any, ...], discrimina
             if typing.get_origin(a) is Literal:
                 tags.extend(str(v) for v in typing.get_args(a))
     return tags
+
+
+def dotted_key_problem(key: str, path: str) -> Problem | None:
+    """The problem, reported at ``path``, with a scenario key that has an empty part
+    (``a..b``, ``workload.``, ``''``): from ``--set``, a campaign's grid or overrides, a
+    sweep's ``set``, space or boundary conditions. None for a well-formed key."""
+    if all(key.split(".")):
+        return None
+    return Problem(path or "<empty key>", "not a dotted scenario key: a part is empty", key,
+                   "e.g. workload.micro_batch")
 
 
 def read_yaml(path: str | Path, what: str = "scenario") -> Any:
