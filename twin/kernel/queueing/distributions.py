@@ -82,6 +82,11 @@ class ServiceDistribution:
         if problems:
             raise ScenarioError(problems)
 
+    def _check_mean(self, problems: list[Problem]) -> None:
+        """Validate ``mean`` (s, finite, > 0) in place, as ``<name>.mean``."""
+        object.__setattr__(self, "mean", _real(problems, f"{self.name}.mean", self.mean,
+                                               gt=0.0, allowed=_MEAN_ALLOWED))
+
 
 _MEAN_ALLOWED = "a finite mean service time > 0 (s)"
 
@@ -110,11 +115,7 @@ class Deterministic(_CovFromScv, ServiceDistribution):
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
-        object.__setattr__(
-            self,
-            "mean",
-            _real(problems, "deterministic.mean", self.mean, gt=0.0, allowed=_MEAN_ALLOWED),
-        )
+        self._check_mean(problems)
         self._check(problems)
 
     @property
@@ -141,11 +142,7 @@ class Exponential(_CovFromScv, ServiceDistribution):
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
-        object.__setattr__(
-            self,
-            "mean",
-            _real(problems, "exponential.mean", self.mean, gt=0.0, allowed=_MEAN_ALLOWED),
-        )
+        self._check_mean(problems)
         self._check(problems)
 
     @property
@@ -174,9 +171,7 @@ class Erlang(_CovFromScv, ServiceDistribution):
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
-        object.__setattr__(
-            self, "mean", _real(problems, "erlang.mean", self.mean, gt=0.0, allowed=_MEAN_ALLOWED)
-        )
+        self._check_mean(problems)
         object.__setattr__(
             self,
             "k",
@@ -216,11 +211,7 @@ class HyperExponential2(ServiceDistribution):
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
-        object.__setattr__(
-            self,
-            "mean",
-            _real(problems, "hyperexponential.mean", self.mean, gt=0.0, allowed=_MEAN_ALLOWED),
-        )
+        self._check_mean(problems)
         object.__setattr__(
             self,
             "cov",
@@ -280,11 +271,7 @@ class Lognormal(ServiceDistribution):
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
-        object.__setattr__(
-            self,
-            "mean",
-            _real(problems, "lognormal.mean", self.mean, gt=0.0, allowed=_MEAN_ALLOWED),
-        )
+        self._check_mean(problems)
         object.__setattr__(
             self,
             "cov",
@@ -364,9 +351,7 @@ class Pareto(_CovFromScv, ServiceDistribution):
                 "use deterministic)",
             ),
         )
-        object.__setattr__(
-            self, "mean", _real(problems, "pareto.mean", self.mean, gt=0.0, allowed=_MEAN_ALLOWED)
-        )
+        self._check_mean(problems)
         self._check(problems)
 
     @property
