@@ -570,6 +570,21 @@ def test_mmpp2_long_run_rate_and_burstiness():
     assert abs(n / times[-1] - m.rate) <= 4.0 * m.rate * math.sqrt(idc / n)
 
 
+def test_mmpp2_index_of_dispersion_against_the_cookbook_closed_form():
+    """Fischer & Meier-Hellstern, "The MMPP cookbook" (1993), eq. for the MMPP(2)'s
+    asymptotic index of dispersion with switching rates r1 (on -> off), r2 (off -> on):
+    1 + 2 (l1 - l2)^2 r1 r2 / ((r1 + r2)^2 (l1 r2 + l2 r1)); for an interrupted Poisson
+    process (l2 = 0) that is 1 + 2 l1 r1 / (r1 + r2)^2."""
+    for l1, l2, mean_on, mean_off in ((20.0, 1.0, 0.5, 2.0), (3.0, 7.0, 0.25, 4.0),
+                                      (5.0, 0.0, 1.0, 3.0)):
+        r1, r2 = 1.0 / mean_on, 1.0 / mean_off
+        cookbook = 1.0 + 2.0 * (l1 - l2) ** 2 * r1 * r2 / ((r1 + r2) ** 2 * (l1 * r2 + l2 * r1))
+        m = q.MMPP2Arrivals(rate_on=l1, rate_off=l2, mean_on=mean_on, mean_off=mean_off)
+        assert m.index_of_dispersion == pytest.approx(cookbook, rel=1e-12)
+    ipp = q.MMPP2Arrivals(rate_on=5.0, rate_off=0.0, mean_on=1.0, mean_off=3.0)
+    assert ipp.index_of_dispersion == pytest.approx(1.0 + 2.0 * 5.0 * 1.0 / (1.0 + 1 / 3) ** 2)
+
+
 def test_poisson_and_deterministic_arrivals():
     rng = np.random.default_rng(2)
     p = q.PoissonArrivals(3.0)
@@ -606,6 +621,8 @@ def test_superpose_keeps_stream_ids_and_ties_deterministic():
     assert np.bincount(merged.stream_ids).tolist() == [s.size for s in streams]
     waits = q.fifo_waits(merged.times, np.full(merged.times.size, 0.5))
     assert [w.size for w in merged.split(waits)] == [s.size for s in streams]
+    none = q.superpose([])
+    assert none.n_streams == 0 and none.split([]) == []
 
 
 class _ScriptedGenerator(np.random.Generator):
