@@ -244,10 +244,15 @@ def test_phases_without_a_route_are_left_as_they_are():
     assert nccl.tune_phases("allgather", same, 4e3, 4, fab) is same
 
 
-def _ring_of(members: list[int], n: float, devices: int, kind: str = "torus2d") -> float:
+def _ring_of(members: list[int], n: float, devices: int, kind: str = "torus2d",
+             latency_us: float | None = None) -> float:
     """Time of a tuned ring all-reduce of ``n`` bytes over ``members`` of a ``devices`` x 1
-    row of NVLink4 (``kind``: torus2d or mesh2d)."""
-    spec = LinkSpec.model_validate(catalog("links").get("nvlink4").values)
+    row of NVLink4 (``kind``: torus2d or mesh2d; ``latency_us``: the link's hop latency, the
+    catalog's by default)."""
+    values = dict(catalog("links").get("nvlink4").values)
+    if latency_us is not None:
+        values["latency_us"] = latency_us
+    spec = LinkSpec.model_validate(values)
     topo = build_topology(kind, (devices, 1), "nvlink4", 1)
     env = Engine()
     fab = Fabric(env, topo, Router(topo), {"nvlink4": spec})
@@ -276,6 +281,26 @@ def test_a_ring_closed_along_a_mesh_row_pays_the_extra_hops_at_every_step(n):
     assert mesh - torus == pytest.approx(extra, rel=1e-6)
 
 
+
+
+def test_hops_slower_than_the_links_nccl_was_measured_over_cost_the_difference_per_step():
+    """NCCL's step latency includes one hop of the link it was measured over (the catalog's
+    NVLink, 1 us). A ring of neighbours on links of 5 us takes 2 x 3 steps x 4 us longer than
+    on 1 us links (it took no longer before: the reference was the fabric's own nearest pair,
+    so a link's latency never reached a ring of neighbours); on 0.25 us links it takes as long
+    (the constant is not lowered below what was measured). Any size."""
+    covered = float(catalog("links").get("nvlink4").values["latency_us"])
+    assert covered == 1.0
+    row = [0, 1, 2, 3]
+    for n in (4096.0, 2.0 ** 26):
+        base = _ring_of(row, n, 4, latency_us=1.0)
+        assert _ring_of(row, n, 4, latency_us=5.0) - base == pytest.approx(
+            2 * 3 * 4e-6, rel=1e-6)
+        assert _ring_of(row, n, 4, latency_us=0.25) == pytest.approx(base, rel=1e-12)
+        # on a mesh the closing pair's 2 extra hops stay on top, at the slower links' latency
+        assert (_ring_of(row, n, 4, "mesh2d", latency_us=5.0)
+                - _ring_of(row, n, 4, latency_us=5.0)) == pytest.approx(2 * 3 * 2 * 5e-6,
+                                                                         rel=1e-6)
 
 
 def test_a_ring_whose_pairs_are_all_two_hops_apart_pays_one_extra_hop_per_step():

@@ -19,7 +19,10 @@ of devices of the same kind (device links, or the network; ``Fabric.neighbours``
 routes: the library's constants were measured between neighbours, and a step lasts as long as
 its slowest pair, so a ring whose pairs are farther apart (every pair k hops on a strided
 placement, the pair that closes a ring along a mesh row, a detour around a failed link) pays
-their extra hops' latency at every step. Its base latency is paid once per collective, and
+their extra hops' latency at every step. The constants cover at most the hop latency of the
+links they were measured over (``measured_over_links``: the catalog's NVLink and InfiniBand
+links), so a fabric whose nearest pair is slower (a user's ``latency_us`` above the catalog's)
+pays the difference at every step too. Its base latency is paid once per collective, and
 its bandwidth fraction as the added time ``(1/f - 1)`` x the phase's uncontended bandwidth
 term (the bytes on the wire stay the payload's, so volumes are exact; LL is only chosen for
 small messages, where that term is small).
@@ -45,6 +48,21 @@ def ring_constants() -> dict:
 
     cat = Catalog("nccl", Path(workloads.__file__).parent / "catalog" / "nccl")
     return dict(cat.get("ring", "nccl").values)
+
+
+@cache
+def covered_hop_latency_s(network: bool) -> float:
+    """Hop latency (s) NCCL's per-step constants are taken to include: the catalog latency of
+    the link they were measured over (``measured_over_links``: NVLink between GPUs, or the
+    InfiniBand network)."""
+    from pathlib import Path
+
+    import devices
+    from twin.kernel.catalog import Catalog
+
+    name = ring_constants()["measured_over_links"]["net" if network else "nvlink"]
+    links = Catalog("links", Path(devices.__file__).parent / "catalog" / "links")
+    return float(links.get(name, "link").values["latency_us"]) * 1e-6
 
 
 def bandwidth_fraction(proto: str, op: str, multinode: bool) -> float:
@@ -119,5 +137,5 @@ def tune_phases(op: str, phases: list, nbytes: float, ranks: int, fabric) -> lis
         # term x (1/f - 1); the bytes on the wire stay the payload's
         slow = float(np.max(ph.nbytes)) * ph.steps / bus * (1.0 / f - 1.0)
         out.append(replace(ph, step_latency_s=step * 1e-6, base_latency_s=base + slow,
-                           hop_latency_ref_s=hop))
+                           hop_latency_ref_s=min(hop, covered_hop_latency_s(net))))
     return out
