@@ -109,16 +109,41 @@ def catalog_rate(name: str) -> tuple[float, str]:
     return rate, f"{name}: " + "; ".join(f"{k}={v[k]} ({s[k]})" for k in keys if k in s)
 
 
+def _number(value: Any) -> float | None:
+    """``value`` as the schema would read a number (``1e9``, which YAML 1.1 reads as text,
+    included); None for anything else (true/false, NaN and other text, lists)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            x = float(value)
+        except ValueError:
+            return None
+        return x if math.isfinite(x) else None
+    return None
+
+
 def _resolve_catalog(data: Any, field: str, from_mean) -> Any:
-    """Before-validator: ``catalog`` + ``acceleration`` -> ``field`` (and ``source``)."""
-    if not isinstance(data, dict) or data.get("catalog") is None:
+    """Before-validator: ``catalog`` + ``acceleration`` -> ``field`` (and ``source``). An
+    ``acceleration`` other than 1 without ``catalog`` is refused: it multiplies a catalog
+    entry's rate, and a time given directly (``field``) would silently ignore it."""
+    if not isinstance(data, dict):
+        return data
+    if data.get("catalog") is None:
+        acc = data.get("acceleration", 1.0)
+        if _number(acc) not in (None, 1.0):
+            raise ValueError(f"acceleration multiplies the failure rate of a catalog entry; "
+                             f"without catalog it would be ignored: give the accelerated "
+                             f"{field} instead, or catalog (got acceleration {acc!r})")
         return data
     data = dict(data)
     rate, source = catalog_rate(str(data["catalog"]))
-    acc = data.get("acceleration", 1.0)
-    if not isinstance(acc, (int, float)) or isinstance(acc, bool) or not acc > 0:
-        raise ValueError(f"acceleration must be a number > 0, got {acc!r}")
-    mean_s = HOUR_S / (rate * float(acc))
+    acc = _number(data.get("acceleration", 1.0))
+    if acc is None or not acc > 0:
+        raise ValueError(f"acceleration must be a number > 0, got {data['acceleration']!r}")
+    mean_s = HOUR_S / (rate * acc)
     if not math.isfinite(mean_s):  # e.g. acceleration 1e-300: the mean overflows a float
         least = HOUR_S / (rate * sys.float_info.max)
         raise ValueError(f"acceleration must be >= {least:.3g} for "
@@ -196,10 +221,10 @@ class Weibull(StrictModel):
     @classmethod
     def _catalog(cls, data: Any) -> Any:
         def scale(d: dict, mean: float) -> float:
-            k = d.get("shape")
-            if not isinstance(k, (int, float)) or not k > 0:
-                raise ValueError(f"shape must be a number > 0, got {k!r}")
-            return mean / _weibull_mean_factor(float(k))
+            k = _number(d.get("shape"))
+            if k is None or not k > 0:
+                raise ValueError(f"shape must be a number > 0, got {d.get('shape')!r}")
+            return mean / _weibull_mean_factor(k)
         return _resolve_catalog(data, "scale_s", scale)
 
     @model_validator(mode="after")

@@ -103,6 +103,39 @@ def test_catalog_acceleration_that_overflows_the_mean_is_named():
     assert "1e-300" in str(problem)
 
 
+def test_an_acceleration_without_a_catalog_entry_is_refused_not_ignored():
+    """``acceleration`` multiplies a catalog entry's rate. Beside a time given directly it
+    was accepted and ignored (a straggler's ``ttf: {mean_s: 2, acceleration: 2}`` ran as
+    ``mean_s: 2``); now it is an error naming the field to give instead. 1 stays allowed."""
+    for ttf, field in (({"dist": "exponential", "mean_s": 2.0, "acceleration": 2}, "mean_s"),
+                       ({"dist": "weibull", "shape": 0.7, "scale_s": 2.0,
+                         "acceleration": "1e3"}, "scale_s")):
+        with pytest.raises(ScenarioError) as exc:
+            load_scenario(_scen(faults=[{"kind": "link_failure", "link": [0, 1], "ttf": ttf}]))
+        (problem,) = exc.value.problems
+        assert problem.path == "faults.0.ttf"
+        assert f"without catalog it would be ignored: give the accelerated {field}" in str(
+            problem)
+    load_scenario(_scen(faults=[{"kind": "link_failure", "link": [0, 1], "ttf": {
+        "dist": "exponential", "mean_s": 2.0, "acceleration": 1}}]))
+
+
+def test_an_acceleration_or_shape_that_yaml_reads_as_text_is_read_as_a_number():
+    """YAML 1.1 reads ``1e3`` as text; the schema reads such text as the number everywhere,
+    and the catalog's rate conversion now does too (it refused ``acceleration: 1e3``)."""
+    from scenarios.faults import Weibull
+
+    w = Weibull.model_validate({"dist": "weibull", "shape": "7e-1", "catalog": "link-brief",
+                                "acceleration": "1e3"})
+    x = Weibull.model_validate({"dist": "weibull", "shape": 0.7, "catalog": "link-brief",
+                                "acceleration": 1000.0})
+    assert (w.shape, w.scale_s) == (x.shape, x.scale_s)
+    for bad in (True, "nan", "x", -1):
+        with pytest.raises(ValueError, match="acceleration must be a number > 0"):
+            Weibull.model_validate({"dist": "weibull", "shape": 0.7, "catalog": "link-brief",
+                                    "acceleration": bad})
+
+
 def test_unknown_kind_and_catalog_name_list_what_is_allowed():
     with pytest.raises(ScenarioError) as exc:
         load_scenario(_scen(faults=[{"kind": "meteor"}]))
