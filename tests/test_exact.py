@@ -170,7 +170,8 @@ _AGG_SLOW = ("1f1b_pp2_m18", "1f1b_pp4_m30", "1f1b_pp2_m18_3iter")
 def test_aggregated_mode_agrees_with_exact_mode(case):
     res = run(load_scenario(_cool(False, **AGG_CASES[case])))
     fast = res.summary
-    exact = run(load_scenario(_cool(True, **AGG_CASES[case]))).summary
+    exact_res = run(load_scenario(_cool(True, **AGG_CASES[case])))
+    exact = exact_res.summary
     assert "microbatch_aggregation" in fast["shortcuts_used"]
     assert max(fast["microbatches_simulated"]) < exact["microbatches"]
     assert 2 * sum(fast["microbatches_simulated"]) <= exact["microbatches"]
@@ -201,9 +202,11 @@ def test_aggregated_mode_agrees_with_exact_mode(case):
     # constant for 1F1B past the warm-up; GPipe keeps every microbatch's activations (affine)
     assert fast["memory_per_device_gb"] == pytest.approx(exact["memory_per_device_gb"],
                                                          rel=1e-12)
+    # each iteration's own time (they differ in the last digits: the stages that sync their
+    # tied embeddings start the next iteration later than the others)
     its = res.iteration_times_s
     assert len(its) == exact["iterations"]
-    assert its == pytest.approx([exact["iteration_time_s"]] * len(its), rel=1e-9)
+    assert its == pytest.approx(exact_res.iteration_times_s, rel=1e-9)
     # what is not known from the reduced runs is None and named, never a guess
     for key in fast["undefined_keys"]:
         node = fast

@@ -101,3 +101,54 @@ def test_summary_bubble_is_the_traced_receive_waits_and_the_rest_is_idle(tmp_pat
     idle = s["idle_time_per_device_s"] / s["makespan_s"]
     assert idle > 0.05 and s["data_wait_fraction"] == 0.0
     assert s["bubble_fraction"] + idle == pytest.approx((pp - 1) / (m + pp - 1), abs=0.02)
+
+
+def _tied_run(tmp_path, tied: bool, pp: int = 2, tp: int = 1):
+    """Llama 3.2 1B over ``pp`` stages (x ``tp``) on a mesh row of NVLink4 x 4 per edge."""
+    d = scenario_dict(cluster__topology={"kind": "mesh2d", "shape": [pp * tp, 1]},
+                      workload__parallelism={"dp": 1, "tp": tp, "pp": pp},
+                      workload__global_batch=4)
+    d["trace"] = {"path": str(tmp_path / f"tied{tied}{pp}{tp}.h5"), "tables": ["ops", "messages"]}
+    return run(load_scenario(d, [f"workload.model.tied_embeddings={str(tied).lower()}"]))
+
+
+def test_tied_embeddings_over_two_stages_all_reduce_their_gradient_in_closed_form(tmp_path):
+    """Megatron-LM keeps a copy of a tied embedding matrix on the last stage and all-reduces
+    the two copies' gradients between the first and last stage after the data-parallel sync.
+    Untied, the last stage holds an output matrix of the same size, so the two runs differ by
+    that all-reduce alone: both ends start it together when the later one (stage 0, which
+    ends the 1F1B backward) gets there, and a two-rank all-reduce moves the whole gradient
+    each way: alpha + n / B, with n = vocab x hidden x 2 bytes (bf16 gradients), B = 4 links
+    x 25 GB/s x 0.817 (the catalog's NVLink4) and alpha its overhead + hop latency."""
+    from twin.catalogs import catalog
+
+    link = catalog("links").get("nvlink4").values
+    bw = 4 * link["bandwidth_gbps"] * 1e9 * link["efficiency"]
+    alpha = (link["overhead_us"] + link["latency_us"]) * 1e-6
+    n = 128256 * 2048 * 2.0
+    tied, untied = _tied_run(tmp_path, True), _tied_run(tmp_path, False)
+    delta = tied.summary["iteration_time_s"] - untied.summary["iteration_time_s"]
+    # untied, the run ends with stage 0's optimizer step; tied, with stage 1's, which also
+    # updates the final norm (its own duration, read from the trace)
+    ops = read_table(tied.trace_path, "ops")
+    opt = ops[ops["name"] == "optimizer"].set_index("cls")
+    step = opt["t_end"] - opt["t_start"]
+    assert delta == pytest.approx(alpha + n / bw + step[1] - step[0], rel=1e-9)
+    msgs = read_table(tied.trace_path, "messages")
+    embed = msgs[msgs["name"] == "p2p_embed"]
+    assert sorted(zip(embed["src"], embed["dst"])) == [(0, 1), (1, 0)]
+    assert (embed["bytes"] == n).all() and embed["t_start"].nunique() == 1
+    assert not (read_table(untied.trace_path, "messages")["name"] == "p2p_embed").any()
+
+
+def test_tied_embeddings_exchange_only_between_the_ends_and_only_with_stages(tmp_path):
+    """One stage: nothing to exchange (the matrix is shared in place). Four stages: only the
+    first and last exchange, each TP rank with its peer, 1/tp of the matrix."""
+    one = _tied_run(tmp_path, True, pp=1)
+    assert not (read_table(one.trace_path, "messages")["name"] == "p2p_embed").any()
+    three = _tied_run(tmp_path, True, pp=4, tp=2)
+    msgs = read_table(three.trace_path, "messages")
+    embed = msgs[msgs["name"] == "p2p_embed"]
+    # one phase each way of the two TP ranks' pairs (a phase's bytes are its pairs' total)
+    assert len(embed) == 2 and (embed["n_pairs"] == 2).all()
+    assert (embed["bytes"] == 2 * 128256 * 2048 * 2.0 / 2).all()

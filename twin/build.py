@@ -123,6 +123,8 @@ def build(scen: Scenario) -> Model:
             layer_grad_bytes=params["L"] * ge, embed_grad_bytes=params["E"] * ge,
             head_grad_bytes=params["H"] * ge, bucket_bytes=w.grad_bucket_mb * 1e6,
             load_input=scen.data.enabled,
+            tied_embed_bytes=(tc.m.vocab * tc.m.hidden / par.tp * ge
+                              if tc.m.tied_embeddings else 0.0),
         )
         schedule = w.schedule if par.pp > 1 else "1f1b"
         programs[stage] = shard_program(build_program(work, schedule), shard_work)

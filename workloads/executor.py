@@ -52,6 +52,7 @@ from workloads.schedules import (
     DATA,
     DP_START,
     DP_WAIT,
+    P2P_NAMES,
     RECV,
     SEND,
     SH_GATHER,
@@ -503,7 +504,7 @@ class Executor:
 
     def _send(self, cls: int, direction: int, tag: tuple, nbytes: float):
         phases, dst_classes = self._p2p_plan(cls, direction, nbytes)
-        name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
+        name = P2P_NAMES[tag[1]]
         ends = (cls, *dst_classes)  # DMA at both ends contends with compute (devices.memory)
         self._in_flight(ends, 1, "p2p")
         t0 = self.env.now
@@ -527,8 +528,7 @@ class Executor:
             self._comm_energy(ends, phases, t0, "p2p")
             self._deliver(dst_classes, tag, direction)
 
-        name = "p2p_fwd" if tag[1] == "F" else "p2p_bwd"
-        self.fabric.start(phases, name, cls).callbacks.append(arrived)
+        self.fabric.start(phases, P2P_NAMES[tag[1]], cls).callbacks.append(arrived)
 
     def _groups(self, kind: str, cls: int) -> tuple[np.ndarray, tuple[int, ...]]:
         key = (kind, cls)

@@ -11,6 +11,14 @@ A program is a list of tuples ``(opcode, ...)``:
 * ``(DP_START, bucket, nbytes)`` - start a gradient all-reduce of a bucket on the
   communication stream (overlaps with the remaining backward work);
 * ``(DP_WAIT,)`` - wait for every started bucket;
+* with tied embeddings over several stages (``StageWork.tied_embed_bytes``), the first and
+  the last stage then all-reduce the shared matrix's gradient between them (Megatron-LM's
+  embedding group, after the data-parallel sync), as sends to the other end of the pipeline
+  (direction ``d`` = -1 from stage 0, +1 from stage pp-1, wrapping around): an empty
+  ``(SEND, d, EMBED_READY, 0)`` and ``(RECV, -d, EMBED_READY)`` first, so that, as in a
+  collective, neither starts before both are there, then ``(SEND, d, EMBED_TAG, nbytes)``
+  and ``(RECV, -d, EMBED_TAG)``. A two-rank all-reduce moves the whole buffer each way (a
+  ring's two steps of half of it), as this exchange does, and both ends finish together;
 * ``(COMPUTE, "optimizer", -1, -1, -1)`` - the optimizer step;
 * ``(DATA, mb)`` - take microbatch ``mb``'s input from the data path (``workloads.data``),
   waiting if it is not ready; only with ``StageWork.load_input``, before the first forward
@@ -35,6 +43,12 @@ COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, DATA, SH_GATHER, SH_WAIT, SH_REDUCE 
     range(10))
 OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "data",
                 "sh_gather", "sh_wait", "sh_reduce")
+#: Tags of the embedding group's gradient exchange between the first and last stage: the
+#: empty message that says a stage is there, then the gradient.
+EMBED_READY, EMBED_TAG = ("E", -1, 0), ("E", -1, 1)
+#: Fabric phase name of a pipeline send by its tag's kind (forward activation, backward
+#: gradient, the embedding group's gradient exchange): "p2p..." names are pipeline traffic.
+P2P_NAMES = {"F": "p2p_fwd", "B": "p2p_bwd", "E": "p2p_embed"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,8 @@ class StageWork:
     head_grad_bytes: float       # gradient bytes of the untied output layer (last stage)
     bucket_bytes: float
     load_input: bool = False     # the data path feeds the first virtual stage (DATA)
+    tied_embed_bytes: float = 0.0  # gradient bytes of a tied embedding matrix on one rank,
+    # all-reduced between the first and last stage (0: untied, or one stage)
 
 
 def unit_order(schedule: str, stage: int, pp: int, m: int,
@@ -167,5 +183,9 @@ def build_program(w: StageWork, schedule: str) -> list[tuple]:
                     pending += w.embed_grad_bytes
     flush(force=True)
     prog.append((DP_WAIT,))
+    if w.tied_embed_bytes > 0 and pp > 1 and s in (0, pp - 1):
+        d = -1 if s == 0 else +1  # towards the other end of the pipeline
+        for tag, nbytes in ((EMBED_READY, 0.0), (EMBED_TAG, w.tied_embed_bytes)):
+            prog += [(SEND, d, tag, nbytes), (RECV, -d, tag)]
     prog.append((COMPUTE, "optimizer", -1, -1, -1))
     return prog
