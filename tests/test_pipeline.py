@@ -136,7 +136,7 @@ def test_tied_embeddings_over_two_stages_all_reduce_their_gradient_in_closed_for
     assert delta == pytest.approx(alpha + n / bw + step[1] - step[0], rel=1e-9)
     msgs = read_table(tied.trace_path, "messages")
     embed = msgs[msgs["name"] == "p2p_embed"]
-    assert sorted(zip(embed["src"], embed["dst"])) == [(0, 1), (1, 0)]
+    assert sorted(zip(embed["src"], embed["dst"], strict=True)) == [(0, 1), (1, 0)]
     assert (embed["bytes"] == n).all() and embed["t_start"].nunique() == 1
     assert not (read_table(untied.trace_path, "messages")["name"] == "p2p_embed").any()
 
