@@ -77,17 +77,22 @@ def test_pipeline_wait_is_its_rows_and_names_the_microbatch(sets):
     """pp 2, 4 microbatches per rank: the seconds a class waited for pipeline sends and
     receives are the durations of its send_wait and recv rows, and those rows name
     microbatches 0-3 (the program's), in chunk 0; a send_wait row names its direction: stage
-    0 only sends activations forward (F), stage 1 only gradients back (B)."""
+    0 only sends activations forward (F), stage 1 only gradients back (B). The model's tied
+    embeddings add the two ends' exchange of their gradient (E, after its empty "ready"
+    message ER): no microbatch, no chunk."""
     model, ex, rows = _run(sets, **PP2)
     waited = set()
     for c, st in enumerate(ex.stats):
         mine = [r for r in rows if r[0] == c and r[3] in ("send_wait", "recv")]
         assert st.recv_s == pytest.approx(sum(r[9] - r[8] for r in mine), rel=1e-12, abs=1e-15)
-        assert all(r[6] == 0 and r[7] == -1 for r in mine)
-        waited |= {r[5] for r in mine if r[3] == "send_wait"}
+        pipe = [r for r in mine if r[4] in ("F", "B")]
+        assert all(r[6] == 0 and r[7] == -1 for r in pipe)
+        assert all(r[4] in ("E", "ER") and r[5:8] == (-1, -1, -1)
+                   for r in mine if r not in pipe)
+        waited |= {r[5] for r in pipe if r[3] == "send_wait"}
         if sets:
             sent = {r[4] for r in mine if r[3] == "send_wait"}
-            assert sent == {"F" if model.layout.class_stage[c] == 0 else "B"}
+            assert sent == {"F" if model.layout.class_stage[c] == 0 else "B", "E", "ER"}
     if sets:                                   # the sender waits for every delivery
         assert waited == set(range(model.microbatches))
     assert sum(st.recv_s for st in ex.stats) > 0
@@ -259,8 +264,9 @@ def test_tp_and_replica_rows_carry_no_microbatch_and_sends_are_named_by_directio
     """A blocking TP collective's row on the compute stream has no microbatch, chunk or layer
     (-1); hybrid sharding's all-reduce across shard groups has no bucket (mb -1); a forward
     send (activations, stage s to s + 1) is named ``p2p_fwd`` in the messages table and a
-    backward one (gradients, s + 1 to s) ``p2p_bwd``: chained sends (fast mode) and sends
-    in processes (exact mode) alike."""
+    backward one (gradients, s + 1 to s) ``p2p_bwd``, the ends' exchange of a tied
+    embedding's gradient ``p2p_embed``: chained sends (fast mode) and sends in processes
+    (exact mode) alike."""
 
     d = scenario_dict(workload__parallelism={"dp": 2, "tp": 2, "pp": 2},
                       workload__global_batch=8)
@@ -278,8 +284,12 @@ def test_tp_and_replica_rows_carry_no_microbatch_and_sends_are_named_by_directio
     stage_of = {int(dev): int(lay.class_stage[lay.rank_class[r]])
                 for r, dev in enumerate(lay.device)}
     sends = [m for m in messages if m.name.startswith("p2p")]
-    assert {m.name for m in sends} == {"p2p_fwd", "p2p_bwd"}
+    # the model's tied embeddings: the two ends also exchange its gradient (``p2p_embed``)
+    assert {m.name for m in sends} == {"p2p_fwd", "p2p_bwd", "p2p_embed"}
     for m in sends:
+        if m.name == "p2p_embed":
+            assert {stage_of[m.src], stage_of[m.dst]} == {0, 1}, m
+            continue
         step = stage_of[m.dst] - stage_of[m.src]
         assert step == (1 if m.name == "p2p_fwd" else -1), m
 

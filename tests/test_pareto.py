@@ -710,7 +710,9 @@ def test_cli_help(capsys):
 # ----------------------------------------------------------------------------- real twin
 def test_nsga2_on_the_real_twin_reaches_95_percent_of_exhaustive():
     """The small library sweep (60 points, nominal boundary): NSGA-II with a population of 10
-    for 4 generations vs the enumerated front, on identical twin runs."""
+    for 4 generations vs the enumerated front, on identical twin runs, on average over ten
+    seeds (one search is a sample: in session 39 seeds 1-10 reached 93-100% of the front's
+    hypervolume, seeds 1-20 69-100%, mean 98%)."""
     d = load_sweep(ROOT / "scenarios" / "sweep_small.yaml")
     spec = d.spec.model_dump()
     spec["boundary_conditions"] = [{"name": "nominal"}]
@@ -724,9 +726,13 @@ def test_nsga2_on_the_real_twin_reaches_95_percent_of_exhaustive():
     def replay(task: RunTask) -> dict:  # the exhaustive run's twin results, not new runs
         return dict(runs["-".join(map(str, task.x))].dropna())
 
-    res = run_sweep(sw, method="nsga2", run_fn=replay, progress=False)
     F_ex = ex.fronts["nominal"][OBJ].to_numpy()
     ref = fr.reference_point([F_ex])
-    hv = fr.hypervolume(res.fronts["nominal"][OBJ].to_numpy(), ref)
-    assert hv >= 0.95 * fr.hypervolume(F_ex, ref)
-    assert res.meta["fraction_of_space"]["nominal"] < 1.0
+    reached = []
+    for seed in range(1, 11):
+        spec["nsga2"]["seed"] = seed
+        res = run_sweep(load_sweep(spec), method="nsga2", run_fn=replay, progress=False)
+        reached.append(fr.hypervolume(res.fronts["nominal"][OBJ].to_numpy(), ref)
+                       / fr.hypervolume(F_ex, ref))
+        assert res.meta["fraction_of_space"]["nominal"] < 1.0
+    assert np.mean(reached) >= 0.95, reached

@@ -184,7 +184,8 @@ def estimate(scen: Scenario) -> Estimate:
 
 def _bytes_per_rank(scen: Scenario, tc: Any, m: int, layers_per_stage: int) -> float:
     """Bytes one rank sends per iteration: tensor-parallel all-reduces (4 per layer and
-    microbatch), pipeline activations and gradients (2 per microbatch), data-parallel ring
+    microbatch), pipeline activations and gradients (2 per microbatch), a tied embedding's
+    gradient between the first and last stage (2 of pp ranks send it), data-parallel ring
     all-reduce of its gradients (2 (dp-1)/dp of them), bytes."""
     w = scen.workload
     par = w.parallelism
@@ -194,6 +195,8 @@ def _bytes_per_rank(scen: Scenario, tc: Any, m: int, layers_per_stage: int) -> f
         out += 4 * act * 2 * (par.tp - 1) / par.tp * m * layers_per_stage
     if par.pp > 1:
         out += 2 * act * m
+        if w.model.tied_embeddings:
+            out += 2 / par.pp * w.model.vocab * w.model.hidden / par.tp * 2
     if par.dp > 1:
         params = tc.layer_params() * layers_per_stage / par.tp
         out += 2 * params * 2 * (par.dp - 1) / par.dp

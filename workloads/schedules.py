@@ -44,11 +44,11 @@ COMPUTE, TP, SEND, RECV, DP_START, DP_WAIT, DATA, SH_GATHER, SH_WAIT, SH_REDUCE 
 OPCODE_NAMES = ("compute", "tp", "send", "recv", "dp_start", "dp_wait", "data",
                 "sh_gather", "sh_wait", "sh_reduce")
 #: Tags of the embedding group's gradient exchange between the first and last stage: the
-#: empty message that says a stage is there, then the gradient.
-EMBED_READY, EMBED_TAG = ("E", -1, 0), ("E", -1, 1)
+#: empty message that says a stage is there, then the gradient (no microbatch, no chunk).
+EMBED_READY, EMBED_TAG = ("ER", -1, -1), ("E", -1, -1)
 #: Fabric phase name of a pipeline send by its tag's kind (forward activation, backward
-#: gradient, the embedding group's gradient exchange): "p2p..." names are pipeline traffic.
-P2P_NAMES = {"F": "p2p_fwd", "B": "p2p_bwd", "E": "p2p_embed"}
+#: gradient, the embedding group's exchange): "p2p..." names are pipeline traffic.
+P2P_NAMES = {"F": "p2p_fwd", "B": "p2p_bwd", "ER": "p2p_embed", "E": "p2p_embed"}
 
 
 @dataclass(frozen=True)
