@@ -41,18 +41,40 @@ def test_iteration_bound_of_a_kernel_bound_rank_is_below_the_run(topo, pp, layer
     the kernels' launch overhead, 30 kernels x 4 microbatches x the stage's layers x 4 us
     (``kernel_overhead_us`` of the H100): one device with Llama 3.2 1B's 16 layers, or
     sixteen stages of one layer each (pp 16 on a ring of 16); the simulated iteration takes
-    longer."""
+    longer. The embeddings are untied: tied, the first and last of sixteen stages would
+    all-reduce the 525 MB embedding gradient, a bound of its own (tested below)."""
     d = scenario_dict(cluster__topology=topo)
     d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": pp})
     d["power"] = {"thermal": {"enabled": False}}
     d["trace"] = {"enabled": False}
-    scen = load_scenario(d)
+    scen = load_scenario(d, ["workload.model.tied_embeddings=false"])
     est = estimate(scen)
     want = (KERNELS_PER_MICROBATCH_LAYER * 4 * layers
             * scen.cluster.device.kernel_overhead_us * 1e-6)
     assert est.iteration_s == pytest.approx(want, rel=1e-12) == pytest.approx(bound_s)
     assert est.iteration_s < run(scen).summary["iteration_time_s"]
     assert est.packets == 0.0 and est.thermal_steps == 0.0 and est.fault_events == 0.0
+
+
+def test_iteration_bound_counts_a_tied_embeddings_exchange_and_stays_below_the_run():
+    """Sixteen one-layer stages of Llama 3.2 1B (tied embeddings) on a ring: the first and
+    last stage exchange the embedding's gradient (vocab x hidden x 2 B = 525 MB), which the
+    byte bound spreads over the ranks (2 of 16 send it) and puts through one rank's links
+    (4 x 25 GB/s x 0.817): with the activations, 66.2 MB / 81.7 GB/s = 0.81 ms, above the
+    launch-overhead bound (0.48 ms) and below the run."""
+    d = scenario_dict(cluster__topology={"kind": "ring", "shape": [16]})
+    d["workload"].update(seq_len=16, global_batch=4, parallelism={"dp": 1, "tp": 1, "pp": 16})
+    d["power"] = {"thermal": {"enabled": False}}
+    d["trace"] = {"enabled": False}
+    scen = load_scenario(d)
+    link = scen.cluster.link
+    act = 16 * 2048 * 2.0  # one 16-token microbatch's activations, 2 per microbatch
+    per_rank = 2 * act * 4 + 2 / 16 * 128256 * 2048 * 2.0
+    want = per_rank / (link.bytes_per_s * scen.cluster.links_per_edge)
+    est = estimate(scen)
+    assert est.iteration_s == pytest.approx(want, rel=1e-12)
+    assert want == pytest.approx(8.1e-4, rel=0.01)
+    assert est.iteration_s < run(scen).summary["iteration_time_s"]
 
 
 def _link_faults(mean_s: float, link: dict | None = None):
