@@ -476,6 +476,24 @@ def test_bad_spec_values_name_the_field(field, value):
         spec_from_entry(entry)
 
 
+@pytest.mark.parametrize("field", ["tRAS_ns", "tREFI_ns", "data_rate_gbps"])
+def test_an_infinite_or_nan_timing_is_refused(field):
+    """Fields the refresh-room check does not read (tRAS, tREFI's upper side, the pin rate)
+    are still refused when infinite or NaN."""
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValidationError, match=field):
+            tiny(**{field: bad})
+
+
+def test_the_least_organisation_and_timings_are_allowed():
+    """One bank group is an organisation (the bounds are > 0); an interval of 0.5 ns between
+    refreshes is allowed when nothing else takes time (only the 0.125 ns burst: 32 B on 32
+    pins at 64 Gb/s)."""
+    assert tiny(bank_groups=1).bank_groups == 1
+    zero = {k: 0.0 for k in TINY if k.endswith("_ns")}
+    assert tiny(**{**zero, "data_rate_gbps": 64.0, "tREFI_ns": 0.5}).tREFI_ns == 0.5
+
+
 def test_refresh_interval_must_leave_room_for_one_request():
     """The tiny stack: tRP 3 + tRRD 1 + tFAW 6 + tRCD 3 + tCCD_L 2 + 2 tCL 6 + tCWL 2 + tWTR 2
     + rd_to_wr_gap 1 + one burst (32 B on 32 bits at 8 Gb/s: 1 ns) = 27 ns of room; with tRFC
