@@ -486,10 +486,11 @@ def test_an_infinite_or_nan_timing_is_refused(field):
 
 
 def test_the_least_organisation_and_timings_are_allowed():
-    """One bank group is an organisation (the bounds are > 0); an interval of 0.5 ns between
-    refreshes is allowed when nothing else takes time (only the 0.125 ns burst: 32 B on 32
-    pins at 64 Gb/s)."""
+    """One bank group, or one bank per group, is an organisation (the bounds are > 0); an
+    interval of 0.5 ns between refreshes is allowed when nothing else takes time (only the
+    0.125 ns burst: 32 B on 32 pins at 64 Gb/s)."""
     assert tiny(bank_groups=1).bank_groups == 1
+    assert tiny(banks_per_group=1).banks_per_group == 1
     zero = {k: 0.0 for k in TINY if k.endswith("_ns")}
     assert tiny(**{**zero, "data_rate_gbps": 64.0, "tREFI_ns": 0.5}).tREFI_ns == 0.5
 
