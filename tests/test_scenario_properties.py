@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import scenario_dict
 from twin.kernel.errors import ScenarioError
+from twin.runner import run
 from twin.scenario import load_scenario
 
 TP = ["workload.parallelism.tp=2", "workload.parallelism.dp=4"]
@@ -87,6 +88,25 @@ def test_an_explicit_dp_algorithm_must_fit_hybrid_shard_groups_too():
     with pytest.raises(ScenarioError, match="does not fit the shard groups"):
         _scen("network.dp_algorithm=torus2d", "workload.sharding.strategy=hybrid_shard",
               "workload.sharding.group=2")
+
+
+@pytest.mark.parametrize("algorithm", ["torus2d", "hierarchical", "rail_rings"])
+def test_an_algorithm_that_needs_another_topology_is_refused_before_the_run(algorithm):
+    """``rail_rings`` on a torus passed the scenario check and raised ``NotApplicable`` inside
+    the run (a traceback); every explicit algorithm but the rings is checked against the
+    groups now. On the switched library scenario rail_rings and hierarchical run."""
+    from tests.conftest import ROOT
+
+    d = scenario_dict(cluster__topology={"kind": "ring", "shape": [8]},
+                      workload__parallelism={"dp": 4, "tp": 2, "pp": 1})
+    for kind in ("tp", "dp"):
+        with pytest.raises(ScenarioError, match=f"network.{kind}_algorithm: {algorithm} does "
+                                                f"not fit the {kind} groups of ring"):
+            load_scenario(d, [f"network.{kind}_algorithm={algorithm}"])
+    if algorithm != "torus2d":
+        s = load_scenario(ROOT / "scenarios" / "switched.yaml",
+                          [f"network.dp_algorithm={algorithm}", "trace.enabled=false"])
+        assert run(s).summary["iteration_time_s"] > 0
 
 
 @pytest.mark.parametrize("key,ok,bad", [

@@ -576,9 +576,10 @@ def _check_topology(scen: Scenario) -> list[Problem]:
 
 
 def _check_algorithms(scen: Scenario) -> list[Problem]:
-    """An explicit torus2d / hierarchical algorithm must fit every group of its kind."""
+    """An explicit torus2d / hierarchical / rail_rings algorithm must fit every group of its
+    kind (a ring fits any group)."""
     net, w = scen.network, scen.workload
-    wanted = {k: a for k, a in net.algorithms.items() if a in ("torus2d", "hierarchical")}
+    wanted = {k: a for k, a in net.algorithms.items() if a not in ("auto", "ring", "bidir_ring")}
     if not wanted:
         return []
     from workloads import collectives  # only here: the fabric and NetworkX come with them
@@ -601,7 +602,8 @@ def _check_algorithms(scen: Scenario) -> list[Problem]:
                 f"network.{kind}_algorithm", f"{algo} does not fit the {groups} groups of "
                 f"{scen.cluster.topology.kind} with placement {w.placement}: {why}", algo,
                 "auto, ring, bidir_ring; torus2d for groups that are 2D sub-grids of torus2d, "
-                "mesh2d or torus3d; hierarchical on switched with equal members per node"))
+                "mesh2d or torus3d; hierarchical or rail_rings on switched with equal members "
+                "per node"))
             break
     return problems
 
