@@ -32,7 +32,8 @@ class DeviceSpec(StrictModel):
 
     name: str = Field(description="catalog name")
     description: str = ""
-    kind: Literal["gpu", "tpu"] = "gpu"
+    kind: Literal["gpu", "tpu"] = Field(default="gpu", description="a label (no model reads "
+                                        "it; the numbers below make the device)")
     peak_tflops: dict[Precision, PositiveFloat] = Field(
         description="dense peak per precision at clock_mhz, TFLOP/s (1e12 FLOP/s)")
     matmul_efficiency: dict[Precision, Fraction] = Field(
