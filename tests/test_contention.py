@@ -376,6 +376,23 @@ def test_sm_sharing_without_a_memory_model_serves_no_hbm_streams():
     assert s["hbm_max_streams"] == 0 and s["hbm_slowdown_mean"] == 1.0
 
 
+def test_sm_contention_false_beside_a_memory_model_is_honoured():
+    """``overlap.sm_contention`` unset follows the memory model (on with FR-FCFS, off with
+    roofline); set, it is obeyed. ``false`` beside FR-FCFS used to be ignored: its collectives
+    still took SMs. Now only HBM is shared then: no SM used, and the run lies between the
+    roofline one and the one sharing both."""
+    base = load_scenario(ROOT / "scenarios" / "hbm_frfcfs.yaml").replace(
+        ["workload.iterations=1", "trace.enabled=false"])
+    assert base.overlap.sm_contention is None and base.sm_shared
+    assert not base.replace(["memory.model=roofline"]).sm_shared
+    auto, off, on = (run(base.replace(sets)).summary for sets in (
+        [], ["overlap.sm_contention=false"], ["overlap.sm_contention=true"]))
+    roof = run(base.replace(["memory.model=roofline"])).summary
+    assert auto["iteration_time_s"] == on["iteration_time_s"] and auto["sm_max_used"] > 0
+    assert off["sm_max_used"] == 0 and off["hbm_max_streams"] > 0
+    assert roof["iteration_time_s"] < off["iteration_time_s"] < on["iteration_time_s"]
+
+
 def test_a_map_problem_shared_by_many_cells_is_reported_once_with_its_cells():
     """A bad concurrency override reaches every cell of its row (roofline + each service, in
     each configuration): one problem naming the first cell and how many more, not one per

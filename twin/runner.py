@@ -275,7 +275,7 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
     bound = "bandwidth" if mem.bound == "auto" else None
     memory = build_memory_model(mem, cl.device, cl.link, cl.links_per_edge, rngs.get("memory"),
                                 h2d_bytes_per_s=h2d, bound=bound)
-    if memory is None and not scen.overlap.sm_contention:
+    if memory is None and not scen.sm_shared:
         return None, None
     from devices.interference import DeviceStreams, device_sm_shares
 
@@ -294,7 +294,7 @@ def device_streams(scen: Scenario, model: Model, env, accelerators: list[Acceler
         pcie = PcieFabric(env, spec, d.node_gpus(cl.topology.kind, cl.topology.shape))
     lay = model.layout
     nic = pcie is not None and cl.nic_link is not None  # network streams leave by the NIC
-    shares = device_sm_shares(cl.device) if cl.device.compute_units else None
+    shares = device_sm_shares(cl.device) if cl.device.compute_units and scen.sm_shared else None
     out = []
     for c, acc in enumerate(accelerators):
         devs = [int(lay.device[r]) for r in lay.classes[c]]

@@ -268,7 +268,14 @@ class Scenario(StrictModel):
             return (sim.compute_jitter_cov == 0 and not self.faults
                     and not (mem.model == "queue" and mem.bound == "auto"))
         return ((sim.compute_jitter_cov > 0 or bool(self.faults))
-                and not self.data.enabled and not (ov.sm_contention or ov.tp_comm))
+                and not self.data.enabled and not (self.sm_shared or ov.tp_comm))
+
+    @property
+    def sm_shared(self) -> bool:
+        """Whether collective kernels take SMs from compute: ``overlap.sm_contention`` when
+        given, else on exactly when a memory model other than roofline runs device agents."""
+        given = self.overlap.sm_contention
+        return given if given is not None else self.memory.model != "roofline"
 
     @property
     def transfers_capped(self) -> bool:

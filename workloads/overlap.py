@@ -24,9 +24,10 @@ compute stream, and nothing takes SMs from the compute kernels. What each key tu
     concurrent DMA at the HBM and more SMs taken.
 ``pipeline`` (default true)
     Pipeline sends run beside compute. False: the sender waits until its send is delivered.
-``sm_contention`` (default false)
+``sm_contention`` (default null)
     Collective kernels occupy SMs (``devices.interference``): compute beside them slows.
-    Turned on automatically by a memory contention model (``memory.model`` not roofline).
+    Null: on with a memory contention model (``memory.model`` not roofline), off without;
+    true or false is honoured either way (``Scenario.sm_shared``).
 
 FSDP prefetch (all-gathers and reduce-scatters beside compute) is ``workload.sharding.prefetch``;
 host-to-device copies run beside compute whenever the data path is on (``data``).
@@ -69,8 +70,10 @@ class OverlapSpec(StrictModel):
                             "communication streams (buckets round-robin)")
     pipeline: bool = Field(default=True, description="pipeline sends beside compute (false: "
                            "the sender waits for delivery)")
-    sm_contention: bool = Field(default=False, description="collective kernels take SMs from "
-                                "compute (on with any memory.model but roofline)")
+    sm_contention: bool | None = Field(
+        default=None, description="collective kernels take SMs from compute; null (default): "
+        "on with a memory.model other than roofline (its device agents), off with roofline; "
+        "true / false: as given")
 
 
 def chunk_block(block, n: int):
