@@ -241,11 +241,27 @@ def test_device_ranges_print_and_parse():
 
     assert _ranges([11, 0, 2, 1, 3, 8, 10]) == "0-3,8,10-11"
     assert _ranges([5]) == "5" and _ranges([]) == ""
-    assert parse_devices("0-3,8, 10-11") == {0, 1, 2, 3, 8, 10, 11}
-    assert parse_devices(None) is None
-    for bad in ("3-1", "-1", "x"):
+    assert parse_devices("0-3,8, 10-11", 12) == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_devices(None, 12) is None
+    for bad in ("3-1", "-1", "x", "0-", "1e3"):  # "0-" read as device 0 before
         with pytest.raises(ValueError):
-            parse_devices(bad)
+            parse_devices(bad, 12)
+
+
+def test_a_device_range_past_the_run_is_refused_before_it_is_expanded(trace, tmp_path,
+                                                                      capsys):
+    """``--devices 0-99999999999`` built a set of 1e11 ids (a minute of swapping, then the
+    time limit) before it was compared with the run's devices; ranges are checked first.
+    A trace that does not say how many devices it had takes no device list."""
+    from twin.export.timeline import OutOfRange, parse_devices
+
+    with pytest.raises(OutOfRange):
+        parse_devices("0-99999999999", 16)
+    with pytest.raises(OutOfRange):
+        parse_devices("0", 0)
+    assert main(["export", str(trace), "-o", str(tmp_path / "t.json"),
+                 "--devices", "0-99999999999"]) == 2
+    assert "the run has devices 0-7" in capsys.readouterr().err
 
 
 def test_thread_names_of_lanes_and_further_streams():

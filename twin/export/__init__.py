@@ -97,25 +97,30 @@ def export_trace(trace: str | Path, out: str | Path, fmt: str | None = None,
                  window: str | None = None, devices: str | None = None,
                  max_mb: float = DEFAULT_MAX_MB) -> ExportResult:
     """Write the timeline of ``trace`` to ``out`` (see the module doc)."""
-    from twin.export.timeline import build_timeline, parse_devices
+    from twin.export.timeline import OutOfRange, build_timeline, device_ranges, parse_devices
     from twin.reading import TraceData
 
     out = Path(out)
     fmt = format_for(out, fmt)
     win = parse_window(window)
     try:
-        devs = parse_devices(devices)
+        if devices is not None:
+            device_ranges(devices)  # the syntax, before the trace is opened
     except ValueError:
         raise ScenarioError([Problem("--devices", "not a device list", devices,
-                                     "ids and ranges, e.g. 0-3,8")]) from None
+                                     "ids and closed ranges, e.g. 0-3,8")]) from None
     if not 0 < max_mb < math.inf:  # (NaN fails too)
         raise ScenarioError([Problem("--max-mb", "must be a positive finite number", max_mb,
                                      "a number of MB > 0, e.g. 256")])
     td = TraceData(trace, need=("ops",))
     n_dev = int(td.summary.get("devices", 0))
-    if devs is not None and n_dev and max(devs) >= n_dev:
-        raise ScenarioError([Problem("--devices", f"the run has devices 0-{n_dev - 1}",
-                                     devices, f"ids below {n_dev}")])
+    try:
+        devs = parse_devices(devices, n_dev)
+    except OutOfRange:
+        raise ScenarioError([Problem(
+            "--devices", f"the run has devices 0-{n_dev - 1}" if n_dev else
+            "the trace does not say how many devices the run had", devices,
+            f"ids below {n_dev}" if n_dev else "a trace written by twin run")]) from None
     try:
         tl = build_timeline(td, win, devs)
     except ValueError as exc:

@@ -66,18 +66,34 @@ def _ranges(values) -> str:
     return ",".join(out)
 
 
-def parse_devices(text: str | None) -> set[int] | None:
-    """``"0-3,8"`` -> {0, 1, 2, 3, 8} (None: all)."""
+def parse_devices(text: str | None, n_devices: int) -> set[int] | None:
+    """``"0-3,8"`` -> {0, 1, 2, 3, 8} (None: all). ValueError for what is not a list of ids
+    and closed ranges (``0-`` included); :class:`OutOfRange` naming the largest id when one
+    is ``n_devices`` or more, found before any range is expanded (``0-99999999999`` would
+    build 1e11 ids)."""
     if text is None:
         return None
-    out: set[int] = set()
+    ranges = device_ranges(text)
+    top = max(hi for _, hi in ranges)
+    if top >= n_devices:
+        raise OutOfRange(top)
+    return {d for lo, hi in ranges for d in range(lo, hi + 1)}
+
+
+def device_ranges(text: str) -> list[tuple[int, int]]:
+    """``"0-3,8"`` -> [(0, 3), (8, 8)], not expanded; ValueError as :func:`parse_devices`."""
+    ranges = []
     for part in text.split(","):
-        a, _, b = part.strip().partition("-")
-        lo, hi = int(a), int(b or a)
+        a, dash, b = part.strip().partition("-")
+        lo, hi = int(a), int(b if dash else a)
         if hi < lo or lo < 0:
             raise ValueError(part)
-        out.update(range(lo, hi + 1))
-    return out
+        ranges.append((lo, hi))
+    return ranges
+
+
+class OutOfRange(ValueError):
+    """A device id beyond the run's (:func:`parse_devices`); ``args[0]`` is the largest."""
 
 
 def _process_names(ranks: pd.DataFrame, classes: list[int]) -> dict[int, str]:
