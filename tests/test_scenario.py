@@ -167,6 +167,35 @@ def test_a_tagged_mapping_without_its_tag_lists_the_tags_allowed():
     assert wants["faults.1.ttf"] == "dist: one of exponential, weibull, lognormal, fixed"
 
 
+def test_the_schema_walk_follows_tuples_by_position_and_stops_where_the_document_does():
+    """``annotation_at`` (the walk behind unknown-key answers and tag lists): a fixed tuple's
+    item by its position, a string key into a list leads nowhere, and a location past the end
+    of the document's list keeps the type without the document's value."""
+    from pydantic import BaseModel
+
+    from twin.kernel.schema import annotation_at
+    from twin.scenario import Scenario
+
+    class Sub(BaseModel):
+        x: int = 0
+
+    class Holder(BaseModel):
+        pair: tuple[int, Sub]
+
+    assert annotation_at(Holder, ["pair", 1]) == (Sub, None)
+    assert annotation_at(Holder, ["pair", 0]) == (int, None)
+    assert annotation_at(Scenario, ["faults", "kind"]) is None
+    ann, node = annotation_at(Scenario, ["faults", 5], {"faults": [{"kind": "straggler"}]})
+    assert node is None and ann is not None
+
+
+def test_a_die_temperature_above_250_c_is_refused():
+    """Junctions are rated to ~150-175 C; a scenario may give up to 250 C (MAX_DIE_C), and
+    is refused beyond it by the schema, before any power rule."""
+    with pytest.raises(ScenarioError, match=r"temp_limit_c: out of range.*<= 250"):
+        load_scenario(scenario_dict(), ["cluster.device.temp_limit_c=250.5"])
+
+
 def test_device_with_base_and_overrides():
     s = load_scenario(scenario_dict(cluster__device={"base": "h100-sxm", "tdp_w": 600}))
     assert s.cluster.device.tdp_w == 600 and s.cluster.device.hbm_gb == 80
