@@ -353,9 +353,17 @@ def _trace_case(rng: random.Random) -> Case:
     argv = [cmd, "t.h5"]
     if cmd == "export":
         argv += ["-o", rng.choice(["t.json", "t.perfetto-trace"])]
+        if rng.random() < 0.4:  # hostile selections (a huge range once took a minute of swap)
+            argv += [rng.choice(["--devices", "--window", "--max-mb"]), rng.choice(EXPORT_ARGS)]
     elif rng.random() < 0.5:
         argv.append("--json")
     return Case("trace", {"t.h5": bytes(data)}, argv)
+
+
+#: Values for export's --devices / --window / --max-mb, valid and hostile.
+EXPORT_ARGS = ["0-99999999999", "0-", "-1", "3-1", "0,,1", "1e3", "0-3,8", "999", "0",
+               "99999999999999999999999", ":", "0:1e-9", "nan:1", "1e400:1e401", "0:inf",
+               "-inf", "1e-300", "0.001", "abc", ""]
 
 
 POINTS_CSV = (b"label,strategy,status,iteration_time_s,energy_per_iteration_j\n"
