@@ -320,6 +320,17 @@ def test_energy_over_windows_by_hand():
     assert window_overlap(seg, []) == 0.0
 
 
+def test_the_faults_table_is_in_time_order_across_kinds(tmp_path):
+    """A straggler at 1 ms, then an accelerator failure and the job's restart: the table
+    lists them by time, not by kind (alphabetically the failure would come first)."""
+    faults = [{"kind": "straggler", "device": 1, "factor": 1.5, "time_s": 0.001},
+              {"kind": "accelerator_failure", "device": 2, "time_s": 0.05}]
+    res = _run(_scen(tmp_path, job=JOB, faults=faults, trace=True, workload__iterations=2))
+    table = read_table(res.trace_path, "faults")
+    assert list(table.kind) == ["straggler", "accelerator_failure", "restart"]
+    assert table.time_s.is_monotonic_increasing
+
+
 @pytest.mark.parametrize("where", [1.6, 0.6])
 def test_accelerator_failure_loses_work_since_last_checkpoint(tmp_path, where):
     """Device 5 fails at t_f (inside the second checkpoint segment, or the first, before
