@@ -703,6 +703,10 @@ def _check_metrics(spec: SweepSpec, dims: list[Dimension], problems: list[Proble
             problems.append(Problem(f"constraints.{k}", "unknown metric", k, ", ".join(known)))
         if bound.min is None and bound.max is None:
             problems.append(Problem(f"constraints.{k}", "give min, max or both", None))
+        elif bound.min is not None and bound.max is not None and bound.min > bound.max:
+            problems.append(Problem(f"constraints.{k}", "min is above max: no point could "
+                                    "meet it", {"min": bound.min, "max": bound.max},
+                                    "min <= max"))
     varies_batch = any(d.kind == "microbatches" or "workload.global_batch" in d.keys
                        for d in dims)
     per_iteration = {"iteration_time_s", "energy_per_iteration_j", "energy_j", "makespan_s",

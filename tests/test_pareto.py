@@ -71,6 +71,16 @@ def test_a_key_with_an_empty_part_is_one_problem_in_every_part_of_a_sweep_and_a_
         assert p.message == "not a dotted scenario key: a part is empty"
 
 
+def test_a_constraint_whose_min_is_above_its_max_is_refused():
+    """An empty interval would make every point infeasible after every run; it is an error
+    of the sweep file. min == max is a (narrow) interval."""
+    with pytest.raises(ScenarioError) as exc:
+        load_sweep(sweep_dict(constraints={"avg_power_w": {"min": 10, "max": 1}}))
+    (p,) = exc.value.problems
+    assert p.path == "constraints.avg_power_w" and p.message.startswith("min is above max")
+    load_sweep(sweep_dict(constraints={"avg_power_w": {"min": 5, "max": 5}}))
+
+
 def brute_front(df: pd.DataFrame, cols: list[str]) -> set[str]:
     """Labels of the non-dominated feasible rows, by the definition."""
     ok = df[df.feasible.astype(bool)]
