@@ -74,6 +74,25 @@ def test_malformed_yaml_is_refused_with_a_position(tmp_path, capsys, text, words
     assert code == 2 and words in err
 
 
+def test_a_document_of_too_many_values_is_refused_while_read_and_not_called_a_bomb(
+        monkeypatch):
+    """With the bound at 10 values: 9 scalars in a list (10 nodes) are read; 10 are refused
+    as a document of more than 10 values, at the 11th, while it is read (a 4 MiB scenario
+    of 300,000 values took 18 s and 500 MB to be called "an alias bomb?"). A document of 8
+    values as written that expands to 13 is refused with aliases expanded."""
+    from twin.kernel import reading
+    from twin.kernel.errors import ScenarioError
+
+    monkeypatch.setattr(reading, "MAX_NODES", 10)
+    assert reading.load_yaml_text("[" + ",".join(["0"] * 9) + "]") == [0] * 9
+    with pytest.raises(ScenarioError, match=r"column 20: the document has more than 10 "
+                                            r"values$") as exc:
+        reading.load_yaml_text("[" + ",".join(["0"] * 10) + "]")
+    assert "alias" not in str(exc.value)
+    with pytest.raises(ScenarioError, match=r"expands to more than 10 values \(aliases"):
+        reading.load_yaml_text("[&a [0, 0, 0, 0, 0], *a]")
+
+
 def test_reading_bounds_are_exactly_the_documented_ones(tmp_path):
     """README: at most 4 MiB, nested at most 64 levels, at most 200,000 values with aliases
     expanded, integers of at most 40 digits; each bound is admitted, one more is refused."""

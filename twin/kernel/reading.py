@@ -5,8 +5,9 @@ Every YAML input of the front door (scenario, campaign and sweep files, ``base:`
 and refuses, as a :class:`~twin.kernel.errors.ScenarioError` with line and column:
 
 * nesting deeper than :data:`MAX_DEPTH` levels (counted through aliases);
-* documents that expand to more than :data:`MAX_NODES` nodes once aliases are expanded (a
-  "billion laughs" alias bomb is refused in milliseconds instead of eating memory);
+* documents of more than :data:`MAX_NODES` nodes, refused while they are read, or that
+  expand to more once aliases are expanded (a "billion laughs" alias bomb is refused in
+  milliseconds instead of eating memory);
 * duplicate keys in one mapping (YAML says keys are unique; PyYAML would keep the last);
 * integers of more than :data:`MAX_INT_DIGITS` digits (the schema then checks ranges).
 
@@ -61,13 +62,20 @@ class BoundedLoader(yaml.SafeLoader):
     def __init__(self, stream: str):
         super().__init__(stream)
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        """Compose one node, refusing nesting deeper than :data:`MAX_DEPTH`."""
+        """Compose one node, refusing nesting deeper than :data:`MAX_DEPTH` and, as it is
+        read, a document of more than :data:`MAX_NODES` values as written (an alias counts
+        once here; expanded, in :func:`_check_expansion`)."""
         self._depth += 1
+        self._nodes += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise _InputTooComplex(f"nesting deeper than {MAX_DEPTH} levels",
+                                       self.peek_event().start_mark)
+            if self._nodes > MAX_NODES:
+                raise _InputTooComplex(f"the document has more than {MAX_NODES} values",
                                        self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
