@@ -248,6 +248,27 @@ def test_device_ranges_print_and_parse():
             parse_devices(bad, 12)
 
 
+def test_a_trace_without_its_ranks_table_exports_with_class_names(tmp_path):
+    """``trace.tables: [ops, messages]`` leaves the ranks table out: the timeline names its
+    processes by class (it raised KeyError: 'cls' before) and a device selection, which
+    needs the ranks, is refused by name."""
+    from tests.conftest import scenario_dict
+    from twin.export import export_trace
+    from twin.kernel.errors import ScenarioError
+    from twin.scenario import load_scenario
+
+    raw = scenario_dict(workload__parallelism={"dp": 2, "tp": 2, "pp": 2})
+    raw["trace"] = {"path": str(tmp_path / "t.h5"), "tables": ["ops", "messages"]}
+    path = run(load_scenario(raw)).trace_path
+    out = tmp_path / "t.json"
+    export_trace(path, out)
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names and all(n.startswith("class ") for n in names)
+    with pytest.raises(ScenarioError, match="--devices needs the trace's ranks table"):
+        export_trace(path, out, devices="0-3")
+
+
 def test_a_device_range_past_the_run_is_refused_before_it_is_expanded(trace, tmp_path,
                                                                       capsys):
     """``--devices 0-99999999999`` built a set of 1e11 ids (a minute of swapping, then the

@@ -97,7 +97,9 @@ class OutOfRange(ValueError):
 
 
 def _process_names(ranks: pd.DataFrame, classes: list[int]) -> dict[int, str]:
-    names = {}
+    names: dict[int, str] = {}
+    if ranks.empty:  # a trace written without its ranks table (trace.tables)
+        return {c: f"class {c}" for c in classes}
     for c in classes:
         r = ranks[ranks["cls"] == c]
         if r.empty:
