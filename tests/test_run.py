@@ -198,6 +198,27 @@ def test_run_cli_writes_summary_and_plot(tmp_path, capsys):
     assert '"mfu"' in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("sets", "words"), [
+    (["trace.tables=[power]"], "--plot: needs the trace's ops table(s)"),
+    (["trace.tables=[ops]"], "--report: needs the trace's power table(s)"),
+    (["trace.enabled=false"], "--plot: needs the run's trace (trace.enabled is false)"),
+])
+def test_a_plot_or_report_the_trace_cannot_serve_is_refused_before_the_run(
+        tmp_path, capsys, sets, words):
+    """``--plot`` reads the ops table and ``--report`` ops and power: a scenario whose
+    ``trace.tables`` leaves them out gave a KeyError traceback (plot) or an error after the
+    whole run (report), and without a trace ``--plot`` was skipped silently. Now each is
+    refused before anything is simulated or written."""
+    from twin.cli import main
+
+    out = tmp_path / "q.h5"
+    code = main(["run", str(ROOT / "scenarios/quickstart.yaml"), "-o", str(out),
+                 "--plot", str(tmp_path / "q.png"), "--report", str(tmp_path / "q.html"),
+                 *[a for s in sets for a in ("--set", s)]])
+    assert code == 2 and words in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
 def test_public_api_after_submodules_are_imported(tiny):
     """``twin.run`` is the function even after every submodule has been imported (a module
     named ``twin.run`` would shadow it)."""

@@ -157,6 +157,7 @@ class RunCommand(Command):
             check_output(args.plot, "--plot", "png", args.force)
         if args.report_html:
             check_output(args.report_html, "--report", "html", args.force)
+        _trace_serves(scen, args)
         result = run(scen, trace_path=args.output)
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
@@ -175,8 +176,6 @@ class RunCommand(Command):
 
             print(f"timeline: {timeline(result.trace_path, args.plot)}")
         if args.report_html:
-            if not result.trace_path:
-                raise ScenarioError("--report needs the run's trace (trace.enabled is false)")
             from twin.report import build_report, format_report, write_html
 
             rep = build_report(result.trace_path)
@@ -185,6 +184,30 @@ class RunCommand(Command):
             print(f"report: {write_html(rep, result.trace_path, args.report_html)}",
                   file=sys.stderr if args.json else sys.stdout)
         return 0
+
+
+def _trace_serves(scen, args) -> None:
+    """Refuse, before simulating, a ``--plot`` or ``--report`` the run's trace cannot serve:
+    no trace (``trace.enabled: false``), or its ``trace.tables`` leave out what they read."""
+    problems = []
+    for option, given in (("--plot", args.plot), ("--report", args.report_html)):
+        if not given:
+            continue
+        if option == "--plot":
+            tables: tuple[str, ...] = ("ops",)
+        else:
+            from twin.report import REPORT_TABLES as tables
+        if not scen.trace.enabled:
+            problems.append(Problem(option, "needs the run's trace (trace.enabled is false)",
+                                    given, "trace.enabled: true"))
+            continue
+        missing = [t for t in tables if t not in scen.trace.tables]
+        if missing:
+            problems.append(Problem(option, f"needs the trace's {', '.join(missing)} "
+                                    f"table(s), which trace.tables leaves out", given,
+                                    f"trace.tables including {', '.join(tables)}"))
+    if problems:
+        raise ScenarioError(problems)
 
 
 class SummaryCommand(Command):

@@ -13,6 +13,9 @@ from typing import Any
 
 from twin.reading import TraceData
 
+#: Trace tables a report reads (``trace.tables`` must keep them).
+REPORT_TABLES = ("ops", "power")
+
 
 def build_report(trace: str | Path, sweep: str | Path | None = None,
                  min_share: float = 0.05) -> dict[str, Any]:
@@ -21,7 +24,7 @@ def build_report(trace: str | Path, sweep: str | Path | None = None,
     from twin.report.attribution import attribute, energy_attribution
     from twin.report.verdict import verdict
 
-    td = TraceData(trace, need=("ops", "power"))
+    td = TraceData(trace, need=REPORT_TABLES)
     attr = attribute(td)
     s = td.summary
     return {
@@ -61,5 +64,5 @@ def write_html(rep: dict[str, Any], trace: str | Path, out: str | Path) -> Path:
     from twin.outputs import atomic_write
     from twin.report.html import render
 
-    html = render(rep, TraceData(trace, need=("ops", "power")))
+    html = render(rep, TraceData(trace, need=REPORT_TABLES))
     return atomic_write(out, lambda tmp: tmp.write_text(html, encoding="utf-8"))
