@@ -463,6 +463,36 @@ def test_the_shared_pcie_fabric_is_the_switch_the_scenario_names(monkeypatch, sw
     assert got == pytest.approx(want)
 
 
+@pytest.mark.parametrize("switched", [True, False])
+def test_network_streams_leave_by_the_nic_only_where_the_cluster_has_nics(monkeypatch,
+                                                                           switched):
+    """On a switched cluster of two nodes (a NIC link) the device agents report every network
+    stream to the PCIe fabric, where it shares the GPU's port with the host copies; a torus
+    has no NIC, so nothing is reported. Counted here by wrapping the fabric's ``nic``."""
+    import devices.pcie as P
+
+    calls = []
+    real = P.PcieFabric.nic
+
+    def counted(self, devices, delta):
+        calls.append(delta)
+        return real(self, devices, delta)
+
+    monkeypatch.setattr(P.PcieFabric, "nic", counted)
+    cluster = ({"topology": {"kind": "switched", "shape": [2, 2]}, "device": "h100-sxm",
+                "link": "nvlink4-switch", "links_per_edge": 18, "nic_link": "ib-ndr400-port"}
+               if switched else BASE["cluster"])
+    scen = twin.load_scenario(BASE | {"cluster": cluster,
+                                      "data": {"enabled": True, "host": "dgx-h100"},
+                                      "overlap": {"sm_contention": True},
+                                      "workload": BASE["workload"] | {"iterations": 1}})
+    twin.run(scen)
+    if switched:
+        assert calls.count(1) == calls.count(-1) > 0  # every stream started and ended
+    else:
+        assert calls == []
+
+
 def test_the_prefetch_queue_is_two_microbatches_per_worker_unless_given():
     """README: ``data.prefetch_batches`` defaults to 2 x workers (PyTorch's prefetch_factor
     2 per worker); a value given is taken as is."""

@@ -225,6 +225,19 @@ def test_a_plot_or_report_the_trace_cannot_serve_is_refused_before_the_run(
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+def test_the_packet_model_cuts_messages_at_the_scenarios_packet_size(tiny):
+    """``network.packet_kib`` is KiB: the fabric the run builds cuts packets of 64 x 1024 B
+    (a mutant of the runner made them 64 x 1025 B)."""
+    from twin.build import build
+    from twin.runner import simulate_untraced
+
+    scen = tiny(["network.model=packet", "network.packet_kib=64", "workload.iterations=1",
+                 "cluster.topology.shape=[2,1]", "workload.parallelism.dp=2",
+                 "workload.global_batch=2", "workload.model.layers=1"])
+    _env, fabric, _ex, _faults = simulate_untraced(build(scen))
+    assert fabric.packet_bytes == 64 * 1024
+
+
 def test_public_api_after_submodules_are_imported(tiny):
     """``twin.run`` is the function even after every submodule has been imported (a module
     named ``twin.run`` would shadow it)."""
