@@ -146,8 +146,8 @@ def test_tied_embeddings_exchange_only_between_the_ends_and_only_with_stages(tmp
     first and last exchange, each TP rank with its peer, 1/tp of the matrix."""
     one = _tied_run(tmp_path, True, pp=1)
     assert not (read_table(one.trace_path, "messages")["name"] == "p2p_embed").any()
-    three = _tied_run(tmp_path, True, pp=4, tp=2)
-    msgs = read_table(three.trace_path, "messages")
+    four = _tied_run(tmp_path, True, pp=4, tp=2)
+    msgs = read_table(four.trace_path, "messages")
     embed = msgs[msgs["name"] == "p2p_embed"]
     # one phase each way of the two TP ranks' pairs (a phase's bytes are its pairs' total)
     assert len(embed) == 2 and (embed["n_pairs"] == 2).all()
