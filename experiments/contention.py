@@ -32,6 +32,7 @@ reads).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,14 @@ def load_map(path: str | Path) -> tuple[ContentionMap, list[dict[str, Any]]]:
     spec, source, here = load_spec_file(path, ContentionMap, "contention map",
                                         "name, configurations, concurrency, services")
     problems: list[Problem] = []
+    for section, entries in (("services", spec.services), ("concurrency", spec.concurrency)):
+        seen: dict[str, str] = {}
+        for name, value in entries.items():
+            first = seen.setdefault(json.dumps(value, sort_keys=True, default=str), name)
+            if first != name:
+                problems.append(Problem(f"{section}.{name}", f"the same as {section}.{first}: "
+                                        "its cells would be run twice", value,
+                                        f"distinct {section}"))
     by_cell: dict[tuple[str, str, str, str], tuple[list[str], Any]] = {}  # once per problem
     tasks: list[dict[str, Any]] = []
     for cname, conf in spec.configurations.items():

@@ -414,6 +414,13 @@ def test_a_map_problem_shared_by_many_cells_is_reported_once_with_its_cells():
     assert p.startswith("a/ok/e and 1 more cells: memory.service.alpha")
     (p,) = problems({"ok": [], "x": ["workload.micro_batch=3"]}, {"e": {"dist": "exponential"}})
     assert p.startswith("a/x/roofline and 3 more cells: workload.global_batch")
+    # a service or concurrency given twice under two names would run its cells twice
+    assert problems({"ok": [], "same": []}, {"e": {"dist": "exponential"},
+                                              "f": {"dist": "exponential"}}) == [
+        "services.f: the same as services.e: its cells would be run twice (given: "
+        "{'dist': 'exponential'}); allowed: distinct services",
+        "concurrency.same: the same as concurrency.ok: its cells would be run twice "
+        "(given: []); allowed: distinct concurrency"]
 
 
 def test_a_cells_record_is_its_runs_summary():
