@@ -5,7 +5,7 @@ with that leaf changed, and prints the leaves whose change moves neither the ite
 nor the energy per iteration:
 
 * numbers are doubled (a zero becomes 1, integers stay integers);
-* switches are flipped;
+* switches are flipped (an unset optional setting is tried as true and as false);
 * choices (a string the schema allows only some values for) take each other allowed value.
 
 A leaf listed as ``SAME`` is either irrelevant to this scenario (a fault setting with no
@@ -54,6 +54,8 @@ def variants(scen: Any, key: str, value: Any, kinds: set[str]) -> list[Any]:
 
     if isinstance(value, bool):
         return [not value] if "switch" in kinds else []
+    if value is None:  # an unset optional setting: a tri-state switch, if the schema allows
+        return [True, False] if "switch" in kinds else []
     if isinstance(value, (int, float, list)):
         if "number" not in kinds:
             return []
