@@ -334,6 +334,26 @@ def test_links_shared_by_stages_in_one_gpipe_phase(shape, tp, pp):
     assert len(links_shared_by_stages(torus.layout, torus.router.route)) == 0
 
 
+def test_the_ends_embedding_exchange_counts_among_the_stages_traffic():
+    """Three stages on a mesh row of three GPUs: the pipeline sends use each link by one
+    stage only, but with tied embeddings the two ends exchange their gradient through GPU 1,
+    over the links GPU 1 -> 0 (stage 1's backward sends) and GPU 1 -> 2 (its forward sends):
+    shared, so GPipe would not aggregate. Untied, nothing is shared."""
+    from tests.conftest import scenario_dict
+    from twin.build import build
+    from workloads.tp_isolation import links_shared_by_stages
+
+    d = scenario_dict(cluster__topology={"kind": "mesh2d", "shape": [3, 1]},
+                      workload__parallelism={"dp": 1, "tp": 1, "pp": 3},
+                      workload__global_batch=4, workload__stage_layers=[6, 5, 5],
+                      workload__schedule="gpipe")
+    m = build(load_scenario(d))
+    lay, route = m.layout, m.router.route
+    assert len(links_shared_by_stages(lay, route)) == 0
+    shared = set(links_shared_by_stages(lay, route, ends_exchange=True).tolist())
+    assert shared == {route(1, 0)[0], route(1, 2)[0]}
+
+
 def _uneven_interleaved(exact: bool) -> dict:
     """Interleaved 1F1B, three stages of two chunks, 16 layers placed by compute (`auto`: one
     stage computes 2.4% more than the next per microbatch), 54 microbatches on a 3 x 2

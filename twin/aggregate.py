@@ -218,7 +218,8 @@ def unsteady(model) -> str | None:
 
     if model.scenario.workload.schedule != "gpipe":
         return None
-    shared = links_shared_by_stages(model.layout, model.router.route)
+    shared = links_shared_by_stages(model.layout, model.router.route,
+                                    ends_exchange=model.scenario.workload.model.tied_embeddings)
     if len(shared):
         return (f"gpipe stages run free and their traffic may share {len(shared)} link(s) in "
                 "one phase: it meets at an offset that changes with every microbatch")

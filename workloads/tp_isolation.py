@@ -118,30 +118,37 @@ def exclusive_tp_groups(layout: Layout, fabric,
             if i not in clash and len(links) and not fab.network[links].any()}
 
 
-def links_shared_by_stages(layout: Layout,
-                           route: Callable[[int, int], tuple[int, ...]]) -> np.ndarray:
+def links_shared_by_stages(layout: Layout, route: Callable[[int, int], tuple[int, ...]],
+                           ends_exchange: bool = False) -> np.ndarray:
     """The links that traffic of two or more pipeline stages may use in the same phase of a
     GPipe iteration. Every forward transfer of an iteration ends before any backward one
     starts (a stage's last forward sends before the next stage's last forward begins), so
     the forward phase's traffic (each stage's sends to the next) and the backward phase's
     (its sends back to the previous) are counted apart; a stage's TP, data-parallel, shard
     and replica collectives (every group, every operation) in both, as the collectives of one
-    iteration's end may meet the next iteration's start. Where this is empty, what one stage
-    does on the network never meets another stage's traffic, so how far the stages' clocks
-    drift apart changes no transfer (``twin.aggregate.unsteady``)."""
+    iteration's end may meet the next iteration's start. So is, with ``ends_exchange`` (tied
+    embeddings), the first and last stage's exchange of the embedding's gradient, sent at
+    the iteration's end. Where this is empty, what one stage does on the network never meets
+    another stage's traffic, so how far the stages' clocks drift apart changes no transfer
+    (``twin.aggregate.unsteady``)."""
     pp, n = layout.pp, layout.topo.n_links
     common = np.zeros((pp, n), dtype=bool)
     sends = {d: np.zeros((pp, n), dtype=bool) for d in (1, -1)}
     dev = layout.device
+
+    def routes_to(c: int, d: int) -> list[int]:
+        ranks, peers = layout.peer_ranks(c, d)
+        return [i for a, b in zip(dev[ranks].tolist(), dev[peers].tolist(), strict=True)
+                for i in route(a, b)]
+
     for c, s in enumerate(layout.class_stage.tolist()):
         for kind in ("tp", "dp", "shard", "replica"):
             kind_links(layout, route, kind, layout.class_groups(kind, c), common[s])
         for d, mark in sends.items():
             if 0 <= s + d < pp:
-                ranks, peers = layout.peer_ranks(c, d)
-                ids = [i for a, b in zip(dev[ranks].tolist(), dev[peers].tolist(), strict=True)
-                       for i in route(a, b)]
-                mark[s, ids] = True
+                mark[s, routes_to(c, d)] = True
+        if ends_exchange and pp > 1 and s in (0, pp - 1):
+            common[s, routes_to(c, -1 if s == 0 else 1)] = True  # to the other end, wrapping
     shared = np.zeros(n, dtype=bool)
     for mark in sends.values():
         shared |= (common | mark).sum(axis=0) >= 2
