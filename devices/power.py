@@ -361,12 +361,47 @@ def check_power(spec: PowerSpec, device, pp: int) -> list[Problem]:
         problems.append(Problem("power.manager.budget_w", f"{device.name} has no p_states "
                                 "table for the manager to act on", spec.manager.budget_w,
                                 "unset, or a device with p_states"))
+    problems += _thermal_without_data(spec.thermal, dev)
     if spec.manager.initial_frequency_mhz is not None and dev.has_pstates:
         lo, hi = dev.mhz[-1], dev.mhz[0]
         if not lo <= spec.manager.initial_frequency_mhz <= hi:
             problems.append(Problem("power.manager.initial_frequency_mhz", "outside the "
                                     "device's clock range", spec.manager.initial_frequency_mhz,
                                     f"{lo:g}..{hi:g} MHz"))
+    return problems
+
+
+#: ``power.thermal`` settings that act only through the RC model (the die's temperature path,
+#: its throttle and its idle re-evaluation), with what each does.
+_RC_SETTINGS = {"initial": "the die's starting temperature",
+                "inlet_gradient_k": "the inlet air by position",
+                "throttle_interval_s": "the throttle's period",
+                "hysteresis_k": "the throttle's release",
+                "max_step_s": "leakage re-evaluated as the die warms"}
+
+
+def _thermal_without_data(th: ThermalSpec, dev: DevicePower) -> list[Problem]:
+    """Thermal settings changed from their defaults on a device whose catalog entry has no
+    RC data: no die temperature is modelled, so they would be accepted and change nothing.
+
+    ``initial_c`` still sets the held temperature when the device's leakage depends on it;
+    ``ambient_c`` also sets the physical limits' heat bath (``twin.limits``), so it is never
+    refused. With ``power.thermal.enabled: false`` on a device that has the data, the
+    settings are inert by the user's choice (an ablation), and accepted."""
+    if dev.thermal is not None:
+        return []
+    name = dev.spec.name
+    why = f"{name} has no thermal data in its catalog entry ({', '.join(_THERMAL)})"
+    allowed = f"the default, or a device with thermal data ({{base: {name}, {_THERMAL[0]}: ...}})"
+    defaults = ThermalSpec.model_fields
+    problems = [Problem(f"power.thermal.{key}", f"sets {what}, but {why}", getattr(th, key),
+                        allowed)
+                for key, what in _RC_SETTINGS.items()
+                if getattr(th, key) != defaults[key].default]
+    if th.initial_c is not None and not dev.has_leakage:
+        problems.append(Problem("power.thermal.initial_c", f"sets the die temperature, but "
+                                f"{why} and no leakage data: no power depends on it",
+                                th.initial_c, "unset"))
     return problems
 
 

@@ -313,6 +313,12 @@ def test_stage_plan_saves_energy_on_unequal_stages(tiny, capsys):
      "power.dvfs.wait_frequency_mhz"),
     (["cluster.device=tpu-v4", "power.dvfs.bubble_downclock=true"],
      "power.dvfs.bubble_downclock"),
+    # no RC data in the TPU's catalog entry: no die temperature to start, spread or throttle
+    (["cluster.device=tpu-v4", "power.thermal.initial=idle"], "power.thermal.initial"),
+    (["cluster.device=tpu-v4", "power.thermal.inlet_gradient_k=5"],
+     "power.thermal.inlet_gradient_k"),
+    (["cluster.device=tpu-v4", "power.thermal.hysteresis_k=1"], "power.thermal.hysteresis_k"),
+    (["cluster.device=tpu-v4", "power.thermal.initial_c=60"], "power.thermal.initial_c"),
 ])
 def test_power_options_that_do_not_fit_the_device(tiny, ov, path):
     with pytest.raises(ScenarioError) as exc:
@@ -321,6 +327,34 @@ def test_power_options_that_do_not_fit_the_device(tiny, ov, path):
     assert path in paths
     p = exc.value.problems[paths.index(path)]
     assert p.allowed
+
+
+@pytest.mark.parametrize("device, ov", [
+    ("tpu-v4", ["power.thermal.ambient_c=40"]),      # also the limits' heat bath
+    ("tpu-v4", ["power.thermal.throttle=false"]),    # nothing to throttle either way
+    ("h100-sxm", ["power.thermal.enabled=false", "power.thermal.initial=idle",
+                  "power.thermal.inlet_gradient_k=5"]),   # an ablation: inert by choice
+    # leakage without RC data: initial_c is the temperature its leakage is held at
+    ({"base": "h100-sxm", "thermal_r_k_per_w": None, "thermal_c_j_per_k": None,
+      "temp_limit_c": None}, ["power.thermal.initial_c=60"]),
+])
+def test_thermal_settings_that_act_are_accepted(tiny, device, ov):
+    from devices.power import check_power
+
+    scen = tiny(ov, cluster__device=device)
+    assert check_power(scen.power, scen.cluster.device, 1) == []
+
+
+def test_held_temperature_moves_leakage_without_rc_data(tiny):
+    """Where ``initial_c`` is accepted without RC data it does act: a die held hotter leaks
+    more (leakage ~ exp(leakage_per_k * dT)), and under the board's power cap the GEMMs get
+    less of it, so the hot run is also no faster."""
+    dev = {"base": "h100-sxm", "thermal_r_k_per_w": None, "thermal_c_j_per_k": None,
+           "temp_limit_c": None}
+    cool = run(tiny(["power.thermal.initial_c=30"], cluster__device=dev)).summary
+    hot = run(tiny(["power.thermal.initial_c=80"], cluster__device=dev)).summary
+    assert hot["iteration_time_s"] >= cool["iteration_time_s"]
+    assert hot["energy_breakdown_j"]["static"] > 1.5 * cool["energy_breakdown_j"]["static"]
 
 
 def test_cli_bad_power_option_exit_2(tmp_path, capsys):
