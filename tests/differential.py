@@ -81,6 +81,8 @@ def make_scenario(rng: random.Random, light: bool = False) -> dict[str, Any]:
                                                 ("pipeline", False, 0.2),
                                                 ("sm_contention", True, 0.2))
                if rng.random() < p}
+    if "sharding" in workload:  # DDP's bucket knobs (refused beside a sharded strategy)
+        overlap = {k: v for k, v in overlap.items() if k not in ("dp_buckets", "dp_streams")}
     memory = rng.choice([{}] * 15 + [{"model": "frfcfs"}] * 3 + [{"model": "queue"}] * 2)
     power: dict[str, Any] = {}
     if rng.random() < 0.3:

@@ -34,6 +34,8 @@ def _case(rnd: random.Random) -> dict:
     ov: dict = {}
     if rnd.random() < 0.5:
         ov["dp_buckets"] = rnd.random() < 0.5
+        if w.get("sharding", {}).get("strategy", "none") != "none":
+            del ov["dp_buckets"]  # DDP's knob (refused beside a sharded strategy)
     if rnd.random() < 0.3:
         ov["pipeline"] = False
     if tp > 1 and rnd.random() < 0.3:

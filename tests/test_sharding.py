@@ -318,6 +318,9 @@ def test_sharding_with_tp_and_pp_is_symmetric_and_shards_each_slice(tmp_path):
      "workload.sharding.group"),
     (["workload.sharding.prefetch=maybe"], "workload.sharding.prefetch"),
     (["workload.sharding.stage=3"], "workload.sharding.stage"),
+    # DDP's bucket knobs beside a sharded strategy: accepted, they changed nothing
+    (["workload.sharding.strategy=zero1", "overlap.dp_buckets=false"], "overlap.dp_buckets"),
+    (["workload.sharding.strategy=full_shard", "overlap.dp_streams=2"], "overlap.dp_streams"),
 ])
 def test_bad_sharding_input_is_a_field_error(tmp_path, capsys, sets, field):
     path = tmp_path / "s.yaml"

@@ -513,6 +513,7 @@ def check_consistency(scen: Scenario) -> list[Problem]:
                                 f"{scen.workload.attention!r} (its catalog's attention_kernels)",
                                 scen.workload.attention, ", ".join(dev.attention_names())))
     problems.extend(check_workload(scen.workload))
+    problems.extend(scen.overlap.sharding_problems(scen.workload.sharding.strategy))
     from devices.power import check_power
 
     problems.extend(check_power(scen.power, dev, par.pp))

@@ -75,6 +75,23 @@ class OverlapSpec(StrictModel):
         "on with a memory.model other than roofline (its device agents), off with roofline; "
         "true / false: as given")
 
+    def sharding_problems(self, strategy: str) -> list:
+        """``dp_buckets`` and ``dp_streams`` changed under a sharded strategy: they act on
+        DDP's gradient-bucket all-reduces, and a sharded strategy has none (its gradients are
+        reduce-scattered on its sharding stream, one collective after another in issue order,
+        each tied to a unit's or a bucket's backward). Accepted, they would change nothing."""
+        from twin.kernel.errors import Problem
+
+        if strategy == "none":
+            return []
+        return [Problem(f"overlap.{key}", "acts on DDP's gradient-bucket all-reduces; with "
+                        f"workload.sharding.strategy {strategy} gradients are reduce-scattered "
+                        "on the sharding stream instead", getattr(self, key),
+                        f"{str(OverlapSpec.model_fields[key].default).lower()} (the default), or "
+                        "workload.sharding.strategy: none")
+                for key in ("dp_buckets", "dp_streams")
+                if getattr(self, key) != OverlapSpec.model_fields[key].default]
+
 
 def chunk_block(block, n: int):
     """``block`` as ``n`` equal chunks: one block with every kernel's FLOPs and bytes
