@@ -283,3 +283,21 @@ def test_a_one_step_phase_is_not_coupled_lock_step():
     (r23,) = fab.router.route(2, 3)
     assert fab.link_busy_s[r23] == pytest.approx(S / B, rel=1e-9)
     assert fab.lockstep_transfers == 0
+
+
+def test_a_ring_of_sub_byte_chunks_is_still_sent_lock_step():
+    """Equal chunks of any positive size couple: a 1-byte all-reduce over four ranks sends
+    0.25 B per step. Two pairs on their own links, 2 steps: one lock-step flow, ending at
+    ``2 x (0.25 / B + alpha)`` like the per-step model."""
+    import numpy as np
+
+    from devices.fabric import Phase
+
+    env, fab, link = _torus_fabric()
+    S, B = 0.25, link.bytes_per_s
+    env.process(fab.run_phase(Phase(np.array([0, 2]), np.array([1, 3]), np.array([S, S]),
+                                    steps=2)))
+    env.run()
+    alpha = (link.overhead_us + link.latency_us) * 1e-6
+    assert env.now == pytest.approx(2 * (S / B + alpha), rel=1e-9)
+    assert fab.lockstep_transfers == 1
