@@ -29,4 +29,7 @@ def test_the_optimizer_clips_the_gradients_and_updates_the_states(precision, gra
     # the gradient norm reads every gradient, the scaling reads and writes it again
     assert clip.name == "grad_clip" and clip.bytes == pytest.approx(3 * grad_bytes * P)
     assert adam.name == "adam" and adam.bytes == pytest.approx(update_bytes * P)
+    # FLOPs: the norm squares and adds, the scaling multiplies (3 a parameter); the Adam
+    # step's dozen (the catalog's estimate, workloads/catalog/optimizers/adam.yaml)
+    assert clip.flops == pytest.approx(3 * P) and adam.flops == pytest.approx(12 * P)
     assert not clip.gemm and not adam.gemm

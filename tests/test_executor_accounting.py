@@ -286,12 +286,20 @@ def test_tp_and_replica_rows_carry_no_microbatch_and_sends_are_named_by_directio
     sends = [m for m in messages if m.name.startswith("p2p")]
     # the model's tied embeddings: the two ends also exchange its gradient (``p2p_embed``)
     assert {m.name for m in sends} == {"p2p_fwd", "p2p_bwd", "p2p_embed"}
+    # each pair's bytes: a microbatch's activations (or their gradient), micro x seq x
+    # hidden at 2 bytes (bf16, no sequence parallelism: every TP rank sends them whole);
+    # the embedding's gradient, vocab x hidden / tp at 2 bytes, after an empty "ready"
+    act = 1 * 512 * 2048 * 2.0
+    embed = 128256 * 2048 / 2 * 2.0
     for m in sends:
         if m.name == "p2p_embed":
             assert {stage_of[m.src], stage_of[m.dst]} == {0, 1}, m
+            assert m.bytes in (0.0, m.n_pairs * embed), m
             continue
         step = stage_of[m.dst] - stage_of[m.src]
         assert step == (1 if m.name == "p2p_fwd" else -1), m
+        assert m.bytes == m.n_pairs * act, m
+    assert any(m.bytes > 0 for m in sends if m.name == "p2p_embed")
 
 
 def test_only_tp_collectives_are_costed_in_closed_form():
