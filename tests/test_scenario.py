@@ -72,6 +72,39 @@ def test_a_number_that_yaml_reads_as_text_still_reads_as_a_number():
     assert s.workload.grad_bucket_mb == 1e6 and s.overlap.tp_comm is True
 
 
+def test_seed_bounds_and_ring_substeps_beside_their_ring_model():
+    """The seed goes up to 2^63 - 1, the largest signed 64-bit integer (the bound of every
+    integer in a scenario), and no further; barriers per chunk belong to the step ring model
+    only."""
+    assert load_scenario(scenario_dict(seed=2**63 - 1)).seed == 2**63 - 1
+    (p,) = _problems(scenario_dict(seed=2**63))
+    assert p.path == "seed"
+    assert load_scenario(scenario_dict(network={"ring_model": "step", "ring_substeps": 4})
+                         ).network.ring_substeps == 4
+    for model in ("lockstep", "auto"):
+        (p,) = _problems(scenario_dict(network={"ring_model": model, "ring_substeps": 4}))
+        assert "ring_substeps" in p.message and "ring_model: step" in p.message
+
+
+def test_an_explicit_algorithm_is_checked_against_the_groups_it_runs_on():
+    """torus2d fits the data-parallel group of all eight devices of a 4 x 2 torus; with
+    hybrid sharding in groups of 2 the data-parallel algorithm runs on the shard groups too
+    (pairs, not grids)."""
+    ok = load_scenario(scenario_dict(network={"dp_algorithm": "torus2d"}))
+    assert ok.network.dp_algorithm == "torus2d"
+    (p,) = _problems(scenario_dict(network={"dp_algorithm": "torus2d"}, workload__sharding={
+        "strategy": "hybrid_shard", "group": 2}))
+    assert p.path == "network.dp_algorithm" and "shard groups" in p.message
+    # the TP algorithm runs on the TP groups only (2 x 4 blocks of a 4 x 4 torus), not on
+    # the shard groups of hybrid sharding (pairs)
+    tp = load_scenario(scenario_dict(
+        network={"tp_algorithm": "torus2d"}, cluster__topology={"kind": "torus2d",
+                                                                "shape": [4, 4]},
+        workload__parallelism={"dp": 2, "tp": 8, "pp": 1},
+        workload__sharding={"strategy": "hybrid_shard", "group": 2}))
+    assert tp.network.tp_algorithm == "torus2d"
+
+
 def test_unknown_catalog_name_lists_entries():
     (p,) = _problems(scenario_dict(cluster__device="h900"))
     assert p.path == "cluster.device" and "h100-sxm" in p.allowed
@@ -133,8 +166,16 @@ def test_overrides_use_schema_types():
     assert s.workload.parallelism.dp == 4 and s.cluster.topology.shape == (2, 2)
     assert s.seed == 11 and s.cluster.device.tdp_w == 500
     assert "cluster.device.tdp_w" not in s.sources  # the user replaced the catalog value
+    assert "cluster.device.peak_tflops" in s.sources  # the others are still the catalog's
     s2 = load_scenario(scenario_dict(), ["cluster.device=a100-sxm-80gb"])
     assert s2.cluster.device.name == "a100-sxm-80gb"
+    # a catalog name given by one override and a value inside it by the next
+    s3 = load_scenario(scenario_dict(), ["cluster.device=a100-sxm-80gb",
+                                         "cluster.device.tdp_w=300"])
+    assert s3.cluster.device.name == "a100-sxm-80gb" and s3.cluster.device.tdp_w == 300
+    assert s3.cluster.device.peak_tflops == s2.cluster.device.peak_tflops
+    assert "cluster.device.tdp_w" not in s3.sources
+    assert s3.sources["cluster.device.peak_tflops"] == s2.sources["cluster.device.peak_tflops"]
 
 
 def test_bad_override_syntax_and_unknown_override_key():
