@@ -658,12 +658,15 @@ def _damaged(kind: str, good: bytes, path: Path) -> None:
                 f.attrs["summary"] = "{not json"
             elif kind == "column":
                 del f["ops"]["t_start"]
+            elif kind == "short-column":  # one column a row short of the others
+                ds = f["ops"]["t_start"]
+                ds.resize((ds.shape[0] - 1,))
             elif kind == "units":
                 f["links"].attrs["units"] = "["
             elif kind in ("code-low", "code-high"):  # a category code outside its list
                 ds = f["ops"]["kind"]
                 n = len(json.loads(f["ops"].attrs["categories/kind"]))
-                ds[0] = -5 if kind == "code-low" else n
+                ds[0] = -2 if kind == "code-low" else n  # -1 is "missing"; each side's first bad
             elif kind == "no-schema":  # twin_version alone: an older meshtwin trace
                 del f.attrs["schema_version"]
 
@@ -672,6 +675,7 @@ def _damaged(kind: str, good: bytes, path: Path) -> None:
     ("truncated", "corrupted or truncated"), ("garbage", "not a meshtwin trace"),
     ("foreign", "not a meshtwin trace"), ("incomplete", "trace incomplete"),
     ("summary", "summary is corrupted"), ("column", "dataset ops/t_start is missing"),
+    ("short-column", "table ops is corrupted (columns of different lengths)"),
     ("units", "table links is corrupted"),
     ("code-low", "dataset ops/kind is corrupted (codes outside its categories)"),
     ("code-high", "dataset ops/kind is corrupted (codes outside its categories)"),
@@ -681,7 +685,8 @@ def test_damaged_traces_exit_2_with_what_is_wrong(tmp_path, capsys, good_trace, 
     _damaged(kind, good_trace, path)
     for cmd in (["summary"], ["limits"], ["summary", "--json"], ["limits", "--json"]):
         code, _, err = _cli(capsys, cmd[0], str(path), *cmd[1:])
-        if cmd[0] == "summary" and kind in ("column", "units", "code-low", "code-high"):
+        if cmd[0] == "summary" and kind in ("column", "short-column", "units", "code-low",
+                                            "code-high"):
             assert code == 0  # summary needs neither table
         else:
             assert code == 2 and words in err, (cmd, err)
@@ -707,6 +712,79 @@ def test_a_table_claiming_more_rows_than_its_bytes_can_hold_is_refused(tmp_path,
         code, _, err = _cli(capsys, cmd[0], str(path), *cmd[1:])
         assert code == 2 and f"dataset {table}/" in err and "more than any compression" in err, (
             cmd, err)
+
+
+def test_a_column_of_eight_byte_rows_claiming_a_few_times_its_bound_is_refused(tmp_path):
+    """The bound is on bytes, rows x row size: 10^6 float64 rows (8 MB) in the few hundred
+    bytes of 100 stored values exceed 1100 x stored + 1 MiB; 10^4 rows (80 kB) do not."""
+    import numpy as np
+
+    from twin.kernel.trace import MAX_COMPRESSION, _implausible
+
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        ds = f.create_dataset("x", shape=(0,), maxshape=(None,), dtype="f8", chunks=(1024,),
+                              compression="gzip")
+        ds.resize((100,))
+        ds[:] = np.arange(100.0)
+        stored = ds.id.get_storage_size()
+        assert 1 << 20 < 10**6 * 8 - MAX_COMPRESSION * stored  # 8 MB past the bound
+        ds.resize((10**4,))
+        assert _implausible(ds) is None
+        ds.resize((10**6,))
+        assert "claims 1000000 rows (8000000 bytes)" in _implausible(ds)
+
+
+def test_pid_alive_tells_a_live_process_from_a_reaped_one():
+    import subprocess
+    import sys
+
+    from twin.kernel.trace import pid_alive
+
+    assert pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not pid_alive(child.pid)
+
+
+def test_the_trace_check_gets_a_second_per_20_mb(tmp_path, good_trace, monkeypatch):
+    """The time limit of the forked check: CHECK_TIMEOUT_S plus 1 s per 20 MB of file (a
+    sparse 200 MB tail: 10 s more)."""
+    import twin.kernel.trace as tr
+
+    path = tmp_path / "t.h5"
+    path.write_bytes(good_trace)
+    with open(path, "r+b") as fh:
+        fh.truncate(200_000_000)
+    limits, wait = [], tr.wait_child
+
+    def record(pid, timeout_s):
+        limits.append(timeout_s)
+        return wait(pid, 60.0)
+
+    monkeypatch.setattr(tr, "wait_child", record)
+    try:
+        tr.open_trace(path)
+    except tr.TraceError:
+        pass  # (the check's verdict on the padded file does not matter here)
+    assert limits == [pytest.approx(tr.CHECK_TIMEOUT_S + 10.0)]
+
+
+@pytest.mark.parametrize("compression, opts", [("gzip", 1), ("lzf", None), ("none", None)])
+def test_each_trace_compression_writes_a_trace_that_reads_back(tmp_path, compression, opts):
+    """gzip at level 1 with byte shuffle (fast, and shuffle packs the float columns), LZF
+    (no level to give), or none; the tables read back the same."""
+    from twin.runner import run
+    from twin.scenario import load_scenario
+    from twin.trace import read_table
+
+    scen = load_scenario(QUICK, ["workload.iterations=1", f"trace.compression={compression}"])
+    res = run(scen, trace_path=tmp_path / "t.h5")
+    with h5py.File(res.trace_path, "r") as f:
+        ds = f["ops"]["t_start"]
+        assert ds.compression == (None if compression == "none" else compression)
+        assert ds.compression_opts == opts and ds.shuffle == (compression != "none")
+    ops = read_table(res.trace_path, "ops")
+    assert len(ops) > 0 and (ops["t_end"] >= ops["t_start"]).all()
 
 
 def test_a_column_whose_storage_cannot_be_read_is_corrupted():

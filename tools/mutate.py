@@ -26,6 +26,10 @@ Each worker owns a private copy of the repository in a temporary directory (para
 the mutant is written there and the tests run with that copy first on ``sys.path``. Score =
 (killed + timeout) / (killed + timeout + survived), equivalent mutants excluded.
 
+A run that exits 0 without pytest's end-of-session report (``--junitxml``) is *killed*: the
+mutant ended the test process early, e.g. ``os._exit(0)`` reached in the parent of a fork
+(``twin/kernel/trace.py``'s ``pid == 0`` negated), which no test can fail.
+
 A *timeout* is a run that used more than ``--timeout-factor`` (default 10) times the CPU time of
 the unmutated run (``RLIMIT_CPU`` on the test process): a mutant that makes the simulation loop
 forever hangs the suite, which is a detection. The limit is on CPU time, not wall time, so other
@@ -359,11 +363,16 @@ class Sandbox:
             for pyc in cache.glob(f"{path.stem}.*.pyc"):
                 pyc.unlink()
         env = dict(os.environ, PYTHONPATH=str(self.repo), PYTHONHASHSEED="0")
+        report = self.dir / "junit.xml"  # written by pytest when the session ends
+        report.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-               "-m", "not slow", "--no-header", "-o", "addopts=", *tests]
+               "-m", "not slow", "--no-header", "-o", "addopts=", f"--junitxml={report}",
+               *tests]
         cpu = [0.0]
         try:
             status, cpu[0] = _run_limited(cmd, self.repo, env, cpu_limit, wall_limit)
+            if status == "survived" and not report.exists():
+                status = "killed"  # exit 0 without a report: the mutant ended the process
         finally:
             if path is not None and original is not None:
                 path.write_text(original)
