@@ -56,6 +56,9 @@ def test_long_values_are_shortened_in_the_message(tmp_path):
     with pytest.raises(ScenarioError) as err:
         check_output("y" * 119 + "\x00")  # 120 characters: shown whole
     assert err.value.problems[0].value == "y" * 119 + "\x00"
+    with pytest.raises(ScenarioError) as err:
+        check_output("z" * 120 + "\x00")  # 121: cut to 120 with the dots
+    assert err.value.problems[0].value == "z" * 117 + "..."
 
 
 def test_only_the_commands_own_kind_of_file_is_overwritten_without_force(tmp_path):
@@ -105,3 +108,66 @@ def test_scenario_paths_stay_inside_the_root(tmp_path, monkeypatch):
         assert "outside the working directory" in str(err.value)
     monkeypatch.chdir(root)
     assert confine("t.h5", "trace.path") == root.joinpath("t.h5").relative_to(root)
+
+
+def test_reports_timelines_and_traces_are_recognised_by_content(tmp_path):
+    """An HTML report (its 9-byte doctype was once read in 8 bytes: `twin report` refused to
+    overwrite its own report), a timeline (gzip or JSON; a Perfetto protobuf by its name) and a
+    meshtwin trace are overwritten without ``--force``, empty files too; other files are not.
+    A damaged meshtwin trace may be replaced; an HDF5 file of another program may not."""
+    import h5py
+
+    page, other = tmp_path / "r.html", tmp_path / "o.html"
+    page.write_text("<!DOCTYPE html><html></html>")
+    other.write_text("a,b\n")
+    (tmp_path / "e.html").write_bytes(b"")
+    assert check_output(page, kind="html") == page
+    assert check_output(tmp_path / "e.html", kind="html") == tmp_path / "e.html"
+    assert "not an HTML report" in _refused(other, kind="html")
+    for name, body in (("t.json", b"{}"), ("t.json.gz", b"\x1f\x8b\x08"),
+                       ("t.pftrace", b"\x0a\x02"), ("e.json", b"")):
+        (tmp_path / name).write_bytes(body)
+        assert check_output(tmp_path / name, kind="timeline") == tmp_path / name
+    (tmp_path / "p.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
+    assert check_output(tmp_path / "p.png", kind="png") == tmp_path / "p.png"
+    (tmp_path / "x.json").write_bytes(b"a,b\n")
+    assert "refusing to overwrite it" in _refused(tmp_path / "x.json", kind="timeline")
+    with h5py.File(tmp_path / "damaged.h5", "w") as f:
+        f.attrs["schema_version"] = 1  # a meshtwin trace whose run never finished
+    with h5py.File(tmp_path / "foreign.h5", "w") as f:
+        f["x"] = [1, 2, 3]
+    assert check_output(tmp_path / "damaged.h5") == tmp_path / "damaged.h5"
+    assert "not a meshtwin trace" in _refused(tmp_path / "foreign.h5")
+
+
+def test_a_file_that_cannot_be_read_is_not_taken_for_the_commands_own(tmp_path, monkeypatch):
+    """Its kind is unknown, so it is overwritten only with ``--force`` (``open`` fails here
+    by hand: as root a mode of 000 still reads)."""
+    import twin.outputs
+
+    table = tmp_path / "t.csv"
+    table.write_text("a,b\n")
+
+    def unreadable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(twin.outputs, "open", unreadable, raising=False)
+    assert "refusing to overwrite it" in _refused(table, kind="table")
+    assert check_output(table, kind="table", force=True) == table
+
+
+def test_an_atomic_write_clears_a_dead_writers_leftover_of_a_hyphenated_name(tmp_path):
+    """The writer's pid is what follows the last hyphen of ``.NAME.tmp-PID``, whatever
+    hyphens NAME holds (a live writer's file stays: ``tests/test_many.py``)."""
+    import subprocess
+    import sys
+
+    from twin.outputs import atomic_write
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    target = tmp_path / "run-a-b.csv"
+    left = tmp_path / f".run-a-b.csv.tmp-{dead.pid}"
+    left.write_text("partial")
+    atomic_write(target, lambda tmp: tmp.write_text("a,b\n"))
+    assert target.read_text() == "a,b\n" and not left.exists()

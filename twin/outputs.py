@@ -84,29 +84,29 @@ def check_output(path: str | Path, key: str = "-o", kind: str = "trace",
             raise _problem(key, text, "is not a regular file (a device, FIFO or socket); "
                            "refusing to replace it", "a regular file path")
         if not force and not _is_own_kind(p, kind):
-            raise _problem(key, text, f"exists and is not a {_KIND_WORDS[kind]}; refusing "
+            raise _problem(key, text, f"exists and is not {_KIND_WORDS[kind]}; refusing "
                            "to overwrite it", "another path, or --force to overwrite")
     _check_folder(p.parent, key, text)
     return p
 
 
-_KIND_WORDS = {"trace": "meshtwin trace", "png": "PNG image",
-               "table": "table this command writes (CSV, Parquet, JSON or text)",
-               "timeline": "timeline this command writes (.pftrace, JSON or gzip JSON)",
-               "html": "HTML report"}
+_KIND_WORDS = {"trace": "a meshtwin trace", "png": "a PNG image",
+               "table": "a table this command writes (CSV, Parquet, JSON or text)",
+               "timeline": "a timeline this command writes (.pftrace, JSON or gzip JSON)",
+               "html": "an HTML report"}
 
 
 def _is_own_kind(p: Path, kind: str) -> bool:
     """Whether an existing file is of the kind the command writes (cheap, by content)."""
     try:
         with open(p, "rb") as fh:
-            head = fh.read(8)
+            head = fh.read(16)  # enough for the longest mark below, "<!doctype"
     except OSError:
         return False
     if kind == "trace":
         from twin.kernel.trace import HDF5_SIGNATURE, TraceError, open_trace
 
-        if head != HDF5_SIGNATURE:
+        if not head.startswith(HDF5_SIGNATURE):
             return p.stat().st_size == 0
         try:
             open_trace(p)
@@ -114,7 +114,7 @@ def _is_own_kind(p: Path, kind: str) -> bool:
             return "not a meshtwin trace" not in str(exc)  # a damaged trace may be replaced
         return True
     if kind == "png":
-        return head == PNG_SIGNATURE or p.stat().st_size == 0
+        return head.startswith(PNG_SIGNATURE) or p.stat().st_size == 0
     if kind == "timeline":  # gzip, JSON, or a Perfetto protobuf by its name
         return (head.startswith((b"\x1f\x8b", b"{")) or p.suffix == ".pftrace"
                 or p.stat().st_size == 0)
