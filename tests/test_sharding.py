@@ -321,6 +321,15 @@ def test_sharding_with_tp_and_pp_is_symmetric_and_shards_each_slice(tmp_path):
     # DDP's bucket knobs beside a sharded strategy: accepted, they changed nothing
     (["workload.sharding.strategy=zero1", "overlap.dp_buckets=false"], "overlap.dp_buckets"),
     (["workload.sharding.strategy=full_shard", "overlap.dp_streams=2"], "overlap.dp_streams"),
+    # a gradient bucket size beside strategies that reduce-scatter unit by unit: the same
+    (["workload.sharding.strategy=full_shard", "workload.grad_bucket_mb=5"],
+     "workload.grad_bucket_mb"),
+    (["workload.sharding.strategy=zero3", "workload.grad_bucket_mb=50"],
+     "workload.grad_bucket_mb"),
+    (["workload.sharding.strategy=shard_grad_op", "workload.grad_bucket_mb=1e6"],
+     "workload.grad_bucket_mb"),
+    (["workload.sharding.strategy=hybrid_shard", "workload.sharding.group=2",
+      "workload.grad_bucket_mb=24.9"], "workload.grad_bucket_mb"),
 ])
 def test_bad_sharding_input_is_a_field_error(tmp_path, capsys, sets, field):
     path = tmp_path / "s.yaml"
@@ -334,3 +343,27 @@ def test_bad_sharding_input_is_a_field_error(tmp_path, capsys, sets, field):
     out = capsys.readouterr()
     assert field in out.out + out.err
     assert "Traceback" not in out.out + out.err
+
+
+@pytest.mark.parametrize("strategy", ["none", "zero1", "zero2", "zero3", "full_shard",
+                                      "shard_grad_op", "hybrid_shard"])
+def test_only_ddp_and_zero1_2_programs_depend_on_the_bucket_size(strategy):
+    """Why `workload.grad_bucket_mb` is refused beside the unit strategies: their programs
+    (one stage, 2 microbatches, 3 layers of 100 gradient bytes) are the same with 50-byte
+    buckets (a reduction per layer) as with one bucket of everything; DDP's, zero1's and
+    zero2's are not."""
+    from workloads.schedules import StageWork, build_program
+    from workloads.sharding import ShardWork, shard_program
+
+    def program(bucket: float) -> list[tuple]:
+        work = StageWork(stage=0, pp=1, virtual=1, microbatches=2, chunk_layers=(3,), tp=1,
+                         sequence_parallel=False, recompute="none", activation_bytes=1000.0,
+                         layer_grad_bytes=100.0, embed_grad_bytes=7.0, head_grad_bytes=11.0,
+                         bucket_bytes=bucket, load_input=False)
+        sw = ShardWork(strategy, True, 2 if strategy == "hybrid_shard" else 1, 4,
+                       {"L": 50.0, "E": 3.5, "H": 5.5}, {"L": 100.0, "E": 7.0, "H": 11.0},
+                       bucket)
+        return shard_program(build_program(work, "1f1b"), sw)
+
+    same = program(50.0) == program(1e12)
+    assert same == (strategy in ("zero3", "full_shard", "shard_grad_op", "hybrid_shard"))

@@ -81,21 +81,31 @@ def _check_stage_layers(w: WorkloadSpec) -> list[Problem]:
 
 
 def _check_sharding(w: WorkloadSpec) -> list[Problem]:
-    """``workload.sharding``: ``group`` only for hybrid_shard, where it divides dp."""
+    """``workload.sharding``: ``group`` only for hybrid_shard, where it divides dp; a changed
+    ``grad_bucket_mb`` only where buckets exist (DDP, zero1, zero2: the unit strategies
+    reduce-scatter each unit's gradients, so it would change neither time nor memory)."""
+    from workloads.sharding import UNIT_STRATEGIES
+
     sh, dp = w.sharding, w.parallelism.dp
+    p: list[Problem] = []
+    default = type(w).model_fields["grad_bucket_mb"].default
+    if sh.strategy in UNIT_STRATEGIES and w.grad_bucket_mb != default:
+        p.append(Problem("workload.grad_bucket_mb", f"with workload.sharding.strategy "
+                         f"{sh.strategy} gradients are reduce-scattered unit by unit, in no "
+                         "buckets", w.grad_bucket_mb, f"{default:g} (the default), or "
+                         "strategy none, zero1 or zero2"))
     if sh.strategy != "hybrid_shard":
         if sh.group is not None:
-            return [Problem("workload.sharding.group", f"only used by strategy hybrid_shard, "
-                            f"not {sh.strategy}", sh.group,
-                            "leave it out, or strategy: hybrid_shard")]
-        return []
-    if sh.group is None:
-        return [Problem("workload.sharding.group", "required by hybrid_shard (ranks per shard "
-                        "group)", None, f"a divisor of dp = {dp}: {_divisors(dp)}")]
-    if dp % sh.group:
-        return [Problem("workload.sharding.group", f"must divide dp = {dp}", sh.group,
-                        _divisors(dp))]
-    return []
+            p.append(Problem("workload.sharding.group", f"only used by strategy hybrid_shard, "
+                             f"not {sh.strategy}", sh.group,
+                             "leave it out, or strategy: hybrid_shard"))
+    elif sh.group is None:
+        p.append(Problem("workload.sharding.group", "required by hybrid_shard (ranks per "
+                         "shard group)", None, f"a divisor of dp = {dp}: {_divisors(dp)}"))
+    elif dp % sh.group:
+        p.append(Problem("workload.sharding.group", f"must divide dp = {dp}", sh.group,
+                         _divisors(dp)))
+    return p
 
 
 def stage_memory(w: WorkloadSpec, device: DeviceSpec, split: list[int] | None = None) -> list:
