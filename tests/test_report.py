@@ -349,6 +349,25 @@ def test_energy_per_iteration_by_component_and_position_add_up(tmp_path):
     assert sum(p["devices"] for p in pos) == res.summary["devices"]
 
 
+def test_energy_of_a_one_iteration_run_and_each_positions_network_share(tmp_path):
+    """One iteration: the per-iteration energy is the run's. Each position class's network
+    share is its devices' network energy over their energy, from the devices table by hand."""
+    from twin.trace import read_table
+
+    res = _run(tmp_path, "one", ["workload.iterations=1", "simulation.symmetry=false"])
+    e = build_report(res.trace_path)["energy"]
+    total = sum(res.summary["energy_breakdown_j"].values())
+    assert sum(e["by_component_j_per_iteration"].values()) == pytest.approx(total, rel=1e-9)
+    dev = read_table(res.trace_path, "devices")
+    for pos, x in dev.groupby("position"):
+        got = e["by_position"][str(pos)]
+        assert 0 < got["network_share"] < 1
+        assert got["network_share"] == pytest.approx(
+            sum(x["network_j"]) / sum(x["energy_j"]), rel=1e-12)
+        assert got["mean_device_j_per_iteration"] == pytest.approx(
+            sum(x["energy_j"]) / len(x), rel=1e-12)
+
+
 def test_resources_near_their_limit_are_flagged(tmp_path):
     """The brief's early signals: a die too hot to throttle is held at the board's limit
     (the device's tdp_w here): its power is flagged at 100% of that limit; links at 1 Gb/s
@@ -438,3 +457,19 @@ def test_the_near_power_alert_starts_at_90_percent_of_the_limit():
         assert any("board power up to" in a for a in near)
         assert not any("board power" in a
                        for a in _alerts(_Trace(edge - 0.1), {"board_limit_w": limit}))
+
+
+def test_energy_of_a_summary_that_names_no_iteration_count_is_the_runs():
+    """A summary without ``iterations`` / ``iterations_completed`` (a hand-edited trace) is
+    taken as one iteration; shares by hand; no devices table, no position classes."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from twin.report.attribution import energy_attribution
+
+    td = SimpleNamespace(summary={"energy_breakdown_j": {"compute_j": 6.0, "network_j": 2.0}},
+                         table=lambda name: pd.DataFrame())
+    e = energy_attribution(td)
+    assert e == {"by_component_j_per_iteration": {"compute_j": 6.0, "network_j": 2.0},
+                 "by_component_share": {"compute_j": 0.75, "network_j": 0.25}}
