@@ -494,3 +494,104 @@ def test_chrome_events_of_a_hand_made_timeline():
     assert (fl["f"]["pid"], fl["f"]["tid"], fl["f"]["ts"], fl["f"]["bp"]) == (2, 1, 0.75 * US,
                                                                             "e")
     assert fl["s"]["id"] == fl["f"]["id"] == 7
+
+
+def test_overlapping_slices_of_one_thread_take_lanes_in_order():
+    """A slice goes to the first lane of its thread free at its start, else a new lane
+    ``k`` at tid ``base + k * LANE_STRIDE`` (here three deep, then back to lane 0)."""
+    import numpy as np
+    import pandas as pd
+
+    from twin.export.timeline import COMPUTE, LANE_STRIDE, _lanes
+
+    df = pd.DataFrame({"pid": [1, 1, 1, 1, 2], "t0": [0.0, 1.0, 1.5, 3.0, 1.0],
+                       "t1": [3.0, 2.0, 2.5, 4.0, 2.0]})
+    tid = _lanes(df, np.full(5, COMPUTE, dtype=np.int64))
+    assert tid.tolist() == [COMPUTE, COMPUTE + LANE_STRIDE, COMPUTE + 2 * LANE_STRIDE, COMPUTE,
+                            COMPUTE]
+
+
+def test_a_stream_of_another_name_gets_its_own_thread_after_the_pipelines(timeline):
+    """Ops of a stream other than compute and comm (none of today's runs writes one; a
+    trace's stream column may name any) go to threads after the pipeline thread, named by
+    their stream, never onto another stream's thread."""
+    from twin.export.timeline import LANE_STRIDE, PP, build_timeline
+
+    td, _ = timeline
+
+    class Edited:
+        def __init__(self, ops):
+            self.ops, self.summary = ops, td.summary
+
+        def table(self, name):
+            return self.ops if name == "ops" else td.table(name)
+
+        def has(self, name):
+            return td.has(name)
+
+    ops = td.table("ops").copy()
+    ops["stream"] = ops["stream"].astype(str)
+    moved = ops["kind"].astype(str) == "dp"
+    assert moved.any()
+    ops.loc[moved, "stream"] = "h2d"
+    tl = build_timeline(Edited(ops))
+    names = dict(zip(tl.threads["tid"], tl.threads["name"], strict=True))
+    assert names[PP + 1] == "h2d" and "DP communication" not in names.values()
+    assert (tl.slices.loc[tl.slices["cat"] == "dp", "tid"] % LANE_STRIDE == PP + 1).all()
+
+
+def test_windowed_link_counters_carry_the_messages_that_overlap_the_window(timeline):
+    """With a window, each shown link's counter integrates to the bytes its route plans put
+    on the link from the messages overlapping the window (brute force over the messages and
+    phase_links tables), not from those wholly before or after it."""
+    from twin.export.timeline import build_timeline
+
+    td, _ = timeline
+    msgs, pl, links = td.table("messages"), td.table("phase_links"), td.table("links")
+    end = float(msgs["t_end"].max())
+    lo, hi = 0.3 * end, 0.6 * end
+    timed = msgs[(msgs["plan"] >= 0) & (msgs["t_end"] > msgs["t_start"])]
+    inside = timed[(timed["t_end"] >= lo) & (timed["t_start"] <= hi)]
+    assert (timed["t_end"] < lo).any() and (timed["t_start"] > hi).any()
+    booked = inside[["plan"]].merge(pl, on="plan").groupby("link")["bytes"].sum()
+    cap = links.set_index("link")["capacity"]
+    link_of = links.set_index(["src", "dst"])["link"]
+    tl = build_timeline(td, window=(lo, hi))
+    lc = tl.counters[tl.counters["track"].str.endswith(" utilization")]
+    assert len(lc)
+    for track, g in lc.groupby("track"):
+        u, w = (int(x) for x in track.split()[1].split("->"))
+        lk = int(link_of.loc[(u, w)])
+        t, v = g["t"].to_numpy(), g["value"].to_numpy()
+        carried = float((v[:-1] * (t[1:] - t[:-1])).sum()) * cap.loc[lk]
+        assert carried == pytest.approx(float(booked.loc[lk]), rel=1e-9)
+
+
+def test_power_counters_step_with_the_power_table(timeline):
+    """Each class's board-power and clock counters hold a value until it changes: no two
+    consecutive points are equal, and at every power row's start the counter reads the
+    row's value (brute force)."""
+    import numpy as np
+
+    td, tl = timeline
+    pw = td.table("power")
+    for track, col in (("board power (W)", "watts"), ("clock (MHz)", "freq_mhz")):
+        c = tl.counters[tl.counters["track"] == track]
+        assert len(c)
+        for pid, g in c.groupby("pid"):
+            t, v = g["t"].to_numpy(), g["value"].to_numpy()
+            assert (v[1:] != v[:-1]).all()
+            rows = pw[pw["cls"] == pid - 1].sort_values("t_start", kind="stable")
+            rows = rows.drop_duplicates("t_start", keep="last")
+            at = np.searchsorted(t, rows["t_start"].to_numpy(), side="right") - 1
+            assert (at >= 0).all()
+            assert np.array_equal(v[at], rows[col].to_numpy())
+
+
+def test_the_largest_device_id_of_a_list_is_checked_wherever_it_stands():
+    from twin.export.timeline import OutOfRange, parse_devices
+
+    for text in ("0,99", "99,0", "0-2,40-41,5"):
+        with pytest.raises(OutOfRange) as err:
+            parse_devices(text, 16)
+        assert err.value.args[0] == (99 if "99" in text else 41)
