@@ -53,6 +53,38 @@ def test_the_references_are_the_closed_forms(rows):
                                                        rel=1e-9)
 
 
+def test_the_targets_are_the_documented_accuracies(rows):
+    """The targets the rows are held to (a looser one would hide a worse model): 2% for the
+    1F1B bubbles, 5% for the interleaved one (the stages are not quite the theory's uniform
+    ones: the first also holds the embedding, the last the output layer and the loss, and
+    interleaving crosses those ends v times as often); 10% for every NCCL row."""
+    df = rows.set_index("check")
+    assert df.loc["1F1B bubble, p=4 m=8", "target"] == 0.02
+    assert df.loc["1F1B bubble, p=8 m=16", "target"] == 0.02
+    assert df.loc["interleaved 1F1B bubble, p=4 m=8 v=2", "target"] == 0.05
+    nccl = df[df["unit"] == "GB/s"]
+    assert len(nccl) == 5 and (nccl["target"] == 0.10).all()
+
+
+def test_the_report_prints_each_published_rows_breakdown_and_the_sets_errors(monkeypatch):
+    """A row with a breakdown is followed by its seconds per iteration by name (the columns'
+    ``_s`` dropped); one without has none; each published set ends with its mean and worst
+    |error|; the last line counts the rows within target."""
+    from twin.validate import CHECKS, Row, format_report
+
+    b = {"compute": 0.125, "exposed_tp": 0.25}
+    monkeypatch.setitem(CHECKS, "fake", lambda: [
+        Row("published", "mpt-7b 2k", 1.1, 1.0, "s", 0.15, breakdown=b),
+        Row("published", "mpt-30b 2k", 0.8, 1.0, "s", 0.10, calibrated=True)])
+    out = format_report(run_checks(["fake"])).splitlines()
+    assert out[1] == "[published]"
+    assert out[2].startswith("mpt-7b 2k ") and out[2].endswith("+10.00%   15.0%  ok")
+    assert out[3] == "    s/iter: compute 0.125 exposed_tp 0.25"
+    assert out[4].startswith("mpt-30b 2k ") and out[4].endswith("MISS (calibrated)")
+    assert out[5:] == ["mpt: 2 rows, mean |error| 15.00%, worst 20.00% (signed mean -5.00%)",
+                       "1/2 within target"]
+
+
 def test_queueing_targets_are_four_standard_errors(rows):
     """The queueing rows' targets: 4 standard errors of the simulated mean (batch means, as
     the note reports it) relative to the theory, at least 1%."""
@@ -92,3 +124,21 @@ def test_the_large_published_rows_run_only_when_asked(monkeypatch, check, large)
                         lambda which, big=False: asked.append((which, big)) or [])
     assert CHECKS[check]() == []
     assert asked == [("korthikanti", large)]
+
+
+def test_the_cross_node_nccl_row_is_bound_by_its_nics():
+    """The 2x8 row's collective crosses the network: its per-NIC bus bandwidth follows the
+    NIC's (HDR 200 against NDR 400 ports: at most in proportion, 0.5, and within 10% of it,
+    the NVLink steps inside each node being much faster). A ring that stayed inside a node
+    (a rank count of gpus / nodes once gave one) would not move at all."""
+    from twin.catalogs import catalog
+    from twin.validate import _nccl_busbw
+
+    bw = {n: catalog("links").get(n).values["bandwidth_gbps"]
+          for n in ("ib-hdr200-port", "ib-ndr400-port")}
+    ratio = (_nccl_busbw("h100-sxm", "nvlink4-switch", 8, 2, "ib-hdr200-port", "allreduce",
+                         2**30)
+             / _nccl_busbw("h100-sxm", "nvlink4-switch", 8, 2, "ib-ndr400-port", "allreduce",
+                           2**30))
+    want = bw["ib-hdr200-port"] / bw["ib-ndr400-port"]
+    assert want <= ratio <= 1.1 * want

@@ -267,8 +267,9 @@ def _links_per_edge(link: str) -> int:
     return int(catalog("links").get(link).values["links_per_gpu"])
 
 
-def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float:
-    """Bus bandwidth (GB/s) of one collective over every GPU of a switched cluster."""
+def _nccl_busbw(device, link, gpus, nodes, nic, op, payload) -> float:
+    """Bus bandwidth (GB/s) of one collective of ``payload`` bytes over every GPU of a
+    switched cluster of ``nodes`` nodes of ``gpus`` GPUs."""
     from devices.fabric import Fabric
     from devices.spec import LinkSpec
     from topologies.graph import build_topology
@@ -283,11 +284,12 @@ def _nccl_busbw(device, link, gpus, nodes, nic, op, payload=16 * 2**30) -> float
     topo = build_topology("switched", (gpus, nodes), link, _links_per_edge(link), **opts)
     env = Engine()
     fab = Fabric(env, topo, Router(topo), specs)
-    group = np.arange(gpus * nodes)[None, :]
+    ranks = gpus * nodes
+    group = np.arange(ranks)[None, :]
     algo = "rail_rings" if nodes > 1 else "ring"
     phases = collectives.collective_phases(op, algo, group, payload, topo)
-    t = _run_phases(env, fab, nccl.tune_phases(op, phases, payload, gpus * nodes, fab))
-    return collectives.bus_bandwidth(op, gpus * nodes, payload, t) / 1e9
+    t = _run_phases(env, fab, nccl.tune_phases(op, phases, payload, ranks, fab))
+    return collectives.bus_bandwidth(op, ranks, payload, t) / 1e9
 
 
 @check("nccl")
