@@ -330,6 +330,12 @@ def test_sharding_with_tp_and_pp_is_symmetric_and_shards_each_slice(tmp_path):
      "workload.grad_bucket_mb"),
     (["workload.sharding.strategy=hybrid_shard", "workload.sharding.group=2",
       "workload.grad_bucket_mb=24.9"], "workload.grad_bucket_mb"),
+    # no prefetch where no parameters are gathered unit by unit: the same
+    (["workload.sharding.prefetch=false"], "workload.sharding.prefetch"),
+    (["workload.sharding.strategy=zero1", "workload.sharding.prefetch=false"],
+     "workload.sharding.prefetch"),
+    (["workload.sharding.strategy=zero2", "workload.sharding.prefetch=false"],
+     "workload.sharding.prefetch"),
 ])
 def test_bad_sharding_input_is_a_field_error(tmp_path, capsys, sets, field):
     path = tmp_path / "s.yaml"
@@ -352,18 +358,29 @@ def test_only_ddp_and_zero1_2_programs_depend_on_the_bucket_size(strategy):
     (one stage, 2 microbatches, 3 layers of 100 gradient bytes) are the same with 50-byte
     buckets (a reduction per layer) as with one bucket of everything; DDP's, zero1's and
     zero2's are not."""
+    same = _program(strategy, 50.0) == _program(strategy, 1e12)
+    assert same == (strategy in ("zero3", "full_shard", "shard_grad_op", "hybrid_shard"))
+
+
+@pytest.mark.parametrize("strategy", ["none", "zero1", "zero2", "zero3", "full_shard",
+                                      "shard_grad_op", "hybrid_shard"])
+def test_only_the_unit_strategies_programs_depend_on_prefetch(strategy):
+    """Why `workload.sharding.prefetch: false` is refused beside none, zero1 and zero2: they
+    gather no unit's parameters ahead of its use, and their programs are the same."""
+    same = _program(strategy, 50.0, True) == _program(strategy, 50.0, False)
+    assert same == (strategy in ("none", "zero1", "zero2"))
+
+
+def _program(strategy: str, bucket: float, prefetch: bool = True) -> list[tuple]:
+    """One stage's program: 2 microbatches, 3 layers of 100 gradient bytes, ``bucket``-byte
+    buckets, sharded 4 ways (hybrid_shard: 2 replicas)."""
     from workloads.schedules import StageWork, build_program
     from workloads.sharding import ShardWork, shard_program
 
-    def program(bucket: float) -> list[tuple]:
-        work = StageWork(stage=0, pp=1, virtual=1, microbatches=2, chunk_layers=(3,), tp=1,
-                         sequence_parallel=False, recompute="none", activation_bytes=1000.0,
-                         layer_grad_bytes=100.0, embed_grad_bytes=7.0, head_grad_bytes=11.0,
-                         bucket_bytes=bucket, load_input=False)
-        sw = ShardWork(strategy, True, 2 if strategy == "hybrid_shard" else 1, 4,
-                       {"L": 50.0, "E": 3.5, "H": 5.5}, {"L": 100.0, "E": 7.0, "H": 11.0},
-                       bucket)
-        return shard_program(build_program(work, "1f1b"), sw)
-
-    same = program(50.0) == program(1e12)
-    assert same == (strategy in ("zero3", "full_shard", "shard_grad_op", "hybrid_shard"))
+    work = StageWork(stage=0, pp=1, virtual=1, microbatches=2, chunk_layers=(3,), tp=1,
+                     sequence_parallel=False, recompute="none", activation_bytes=1000.0,
+                     layer_grad_bytes=100.0, embed_grad_bytes=7.0, head_grad_bytes=11.0,
+                     bucket_bytes=bucket, load_input=False)
+    sw = ShardWork(strategy, prefetch, 2 if strategy == "hybrid_shard" else 1, 4,
+                   {"L": 50.0, "E": 3.5, "H": 5.5}, {"L": 100.0, "E": 7.0, "H": 11.0}, bucket)
+    return shard_program(build_program(work, "1f1b"), sw)

@@ -83,7 +83,9 @@ def _check_stage_layers(w: WorkloadSpec) -> list[Problem]:
 def _check_sharding(w: WorkloadSpec) -> list[Problem]:
     """``workload.sharding``: ``group`` only for hybrid_shard, where it divides dp; a changed
     ``grad_bucket_mb`` only where buckets exist (DDP, zero1, zero2: the unit strategies
-    reduce-scatter each unit's gradients, so it would change neither time nor memory)."""
+    reduce-scatter each unit's gradients, so it would change neither time nor memory), and
+    ``prefetch: false`` only where parameters are gathered unit by unit (the unit
+    strategies)."""
     from workloads.sharding import UNIT_STRATEGIES
 
     sh, dp = w.sharding, w.parallelism.dp
@@ -94,6 +96,11 @@ def _check_sharding(w: WorkloadSpec) -> list[Problem]:
                          f"{sh.strategy} gradients are reduce-scattered unit by unit, in no "
                          "buckets", w.grad_bucket_mb, f"{default:g} (the default), or "
                          "strategy none, zero1 or zero2"))
+    if sh.strategy not in UNIT_STRATEGIES and not sh.prefetch:
+        p.append(Problem("workload.sharding.prefetch", f"strategy {sh.strategy} gathers no "
+                         "parameters unit by unit, so there is nothing to prefetch", False,
+                         "true (the default), or strategy zero3, full_shard, shard_grad_op "
+                         "or hybrid_shard"))
     if sh.strategy != "hybrid_shard":
         if sh.group is not None:
             p.append(Problem("workload.sharding.group", f"only used by strategy hybrid_shard, "
