@@ -473,3 +473,40 @@ def test_energy_of_a_summary_that_names_no_iteration_count_is_the_runs():
     e = energy_attribution(td)
     assert e == {"by_component_j_per_iteration": {"compute_j": 6.0, "network_j": 2.0},
                  "by_component_share": {"compute_j": 0.75, "network_j": 0.25}}
+
+
+def test_heatmap_grids_place_each_device_per_iteration_on_its_coordinates(tmp_path):
+    """Over two iterations each grid cell ``[y, x]`` holds that device's energy / 2 (J), its
+    forwarded bytes / 2 in GB and its max temperature, from the devices table by hand."""
+    from twin.reading import TraceData
+    from twin.report.html import heatmap_grids
+    from twin.trace import read_table
+
+    res = _run(tmp_path, "grid", ["workload.iterations=2", "simulation.symmetry=false"])
+    dev = read_table(res.trace_path, "devices")
+    grids = dict(heatmap_grids(TraceData(res.trace_path, need=("devices",))))
+    assert list(grids) == ["energy per iteration (J)", "forwarded GB per iteration",
+                           "max die temperature (C)"]
+    assert grids["energy per iteration (J)"].shape == (2, 4)  # the 4x2 torus: 2 rows of 4
+    for r in dev.itertuples(index=False):
+        assert grids["energy per iteration (J)"][r.y, r.x] == pytest.approx(r.energy_j / 2)
+        assert grids["forwarded GB per iteration"][r.y, r.x] == pytest.approx(
+            r.forwarded_bytes / 2e9)
+        assert grids["max die temperature (C)"][r.y, r.x] == r.max_temp_c
+
+
+@pytest.mark.parametrize("xyz", [
+    [(0, 0, 0), (1, 0, 0), (0, 1, 0)],             # a 2x2 grid one device short
+    [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 1)],  # four devices, one on a second layer
+])
+def test_devices_that_do_not_fill_one_flat_grid_get_no_heatmaps(xyz):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from twin.report.html import heatmap_grids, heatmaps
+
+    dev = pd.DataFrame(xyz, columns=["x", "y", "z"]).assign(
+        energy_j=1.0, forwarded_bytes=0.0, max_temp_c=40.0)
+    td = SimpleNamespace(table=lambda name: dev, summary={"iterations": 1})
+    assert heatmap_grids(td) is None and heatmaps(td) is None

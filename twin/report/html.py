@@ -56,8 +56,11 @@ def attribution_figure(rep: dict[str, Any]) -> Figure:
     return fig
 
 
-def heatmaps(td: TraceData) -> str | None:
-    """Per-device energy, forwarded bytes and max temperature on the grid coordinates."""
+def heatmap_grids(td: TraceData) -> list[tuple[str, np.ndarray]] | None:
+    """Per-device energy per iteration (J), forwarded GB per iteration and max die
+    temperature (C) as ``(label, grid)``, ``grid[y, x]`` the device at those coordinates;
+    None when the devices do not fill one flat x-y grid (a 3D torus, a switched cluster
+    without coordinates, no devices table)."""
     dev = td.table("devices")
     if dev.empty:
         return None
@@ -65,13 +68,23 @@ def heatmaps(td: TraceData) -> str | None:
     if nx_ * ny != len(dev) or (dev["z"] != 0).any():
         return None
     iters = max(int(td.summary.get("iterations") or 1), 1)
-    fig = Figure(figsize=(12, 3.6))
-    for k, (col, label, scale) in enumerate((("energy_j", "energy per iteration (J)", iters),
-                                             ("forwarded_bytes", "forwarded GB per iteration",
-                                              iters * 1e9),
-                                             ("max_temp_c", "max die temperature (C)", 1))):
+    out = []
+    for col, label, scale in (("energy_j", "energy per iteration (J)", iters),
+                              ("forwarded_bytes", "forwarded GB per iteration", iters * 1e9),
+                              ("max_temp_c", "max die temperature (C)", 1)):
         grid = np.full((ny, nx_), np.nan)
         grid[dev["y"].to_numpy(), dev["x"].to_numpy()] = dev[col].to_numpy() / scale
+        out.append((label, grid))
+    return out
+
+
+def heatmaps(td: TraceData) -> str | None:
+    """:func:`heatmap_grids` side by side as a base64 PNG (None without grids)."""
+    grids = heatmap_grids(td)
+    if grids is None:
+        return None
+    fig = Figure(figsize=(12, 3.6))
+    for k, (label, grid) in enumerate(grids):
         ax = fig.add_subplot(1, 3, k + 1)
         im = ax.imshow(grid, origin="lower", cmap="viridis")
         ax.set_title(label, fontsize=9)
