@@ -149,8 +149,8 @@ def load_campaign(path: str | Path | dict[str, Any]) -> Campaign:
     seeds = _seeds(spec)
     if not seeds:
         problems.append(Problem("seeds", "no seeds", spec.seeds, "a number >= 1 or a list"))
-    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
-        problems.append(Problem("seeds", "seeds must be distinct and >= 0", spec.seeds))
+    if len(set(seeds)) != len(seeds):  # (each >= 0 by the schema)
+        problems.append(Problem("seeds", "seeds must be distinct", spec.seeds))
     for key, values in spec.grid.items():
         if not values:
             problems.append(Problem(f"grid.{key}", "no values", values, "a non-empty list"))

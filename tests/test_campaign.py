@@ -361,3 +361,75 @@ def test_a_seed_among_the_overrides_or_a_repeated_grid_value_is_refused():
     camp = load_campaign({"name": "c", "base": base, "seeds": 1,
                           "grid": {"workload.iterations": [1, 2]}})
     assert len(camp.runs) == 2 * 2  # two points, with and without faults
+
+
+def test_repeated_seeds_and_runs_past_the_limit_are_refused():
+    """A seed listed twice would run twice under one id; a negative one is the schema's
+    error. The run count is seeds x variants (2 with the baseline) x grid points: 50,001
+    seeds make 100,002 runs with the baseline, past the limit of 100,000, and 50,001
+    without it."""
+    from experiments.campaign import load_campaign
+    from experiments.many import MAX_RUNS
+    from twin.kernel.errors import ScenarioError
+
+    base = scenario_dict()
+    for seeds, words in (([3, 1, 3], "seeds must be distinct"), ([1, -1], "seeds")):
+        with pytest.raises(ScenarioError, match=words):
+            load_campaign({"name": "c", "base": base, "seeds": seeds})
+    n = MAX_RUNS // 2 + 1
+    with pytest.raises(ScenarioError, match=f"would make {2 * n} runs"):
+        load_campaign({"name": "c", "base": base, "seeds": n})
+    assert len(load_campaign({"name": "c", "base": base, "seeds": n,
+                              "baseline": False}).runs) == n
+
+
+def test_a_bootstrap_interval_of_a_mean_is_the_normal_one():
+    """100 standard normal values, one per group: the 95% percentile-bootstrap interval of
+    the mean is mean +- 1.96 s / sqrt(n) (s with divisor n, the bootstrap's), within 10%
+    on each side (2000 resamples: the 2.5% and 97.5% quantiles of the resampled means are
+    each within a few % of their normal values)."""
+    from experiments.campaign import bootstrap_ci
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(100)
+    est, lo, hi = bootstrap_ci([np.array([v]) for v in x],
+                               lambda gs: float(np.mean(np.concatenate(gs))), 2000, 0.95,
+                               np.random.default_rng(12))
+    half = 1.96 * x.std() / np.sqrt(len(x))
+    assert est == pytest.approx(x.mean(), rel=1e-12)
+    assert est - lo == pytest.approx(half, rel=0.10)
+    assert hi - est == pytest.approx(half, rel=0.10)
+
+
+def test_campaign_statistics_by_hand():
+    """Per-run metrics: the quantile columns are the order-statistic interval around the
+    sample quantile (lo <= estimate <= hi); lost work per interruption is sum(lost) /
+    sum(interruptions) (a single interruption is enough for the row)."""
+    import pandas as pd
+
+    from experiments.campaign import STAT_METRICS, campaign_stats, quantile_ci
+
+    n = 40
+    rng = np.random.default_rng(5)
+    res = pd.DataFrame({"point": 0, "variant": "faults", "run_id": [f"r{i}" for i in range(n)],
+                        **{m: rng.exponential(size=n) for m in STAT_METRICS},
+                        "interruptions": [1] + [0] * (n - 1)})
+    res["lost_work_s"] = [2.5] + [0.0] * (n - 1)
+    its = pd.DataFrame({"point": 0, "variant": "faults", "run_id": res["run_id"],
+                        "iteration_time_s": res["iteration_time_s"]})
+    st = campaign_stats(res, its).set_index("metric")
+    row = st.loc["energy_j"]
+    for q in (50, 95):
+        est, lo, hi = quantile_ci(res["energy_j"].to_numpy(), q / 100, 0.95)
+        assert (row[f"p{q}"], row[f"p{q}_lo"]) == (est, lo)
+        assert math.isnan(hi) if math.isnan(row[f"p{q}_hi"]) else row[f"p{q}_hi"] == hi
+        assert lo < est
+    assert row["mean"] == pytest.approx(res["energy_j"].mean(), rel=1e-12)
+    lost = st.loc["lost_work_per_interruption_s"]
+    assert lost["n"] == 1 and lost["mean"] == pytest.approx(2.5)
+    # two interruptions losing 1 s and 4 s: 2.5 s each on average, an interval around it
+    res["interruptions"] = [1, 1] + [0] * (n - 2)
+    res["lost_work_s"] = [1.0, 4.0] + [0.0] * (n - 2)
+    lost = campaign_stats(res, its).set_index("metric").loc["lost_work_per_interruption_s"]
+    assert lost["n"] == 2 and lost["mean"] == pytest.approx(2.5)
+    assert lost["mean_lo"] < 2.5 < lost["mean_hi"]
