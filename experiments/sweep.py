@@ -207,8 +207,8 @@ class DesignSpace:
     """
 
     dims: tuple[Dimension, ...]
-    base_dp: int = 1
-    base_micro_batch: int = 1
+    base_dp: int
+    base_micro_batch: int
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -230,8 +230,11 @@ def test_sweep_settings_take_their_documented_bounds():
     for n in (1, 1_000_000):
         ok(exhaustive_limit=n)
     bad(nsga2={"pop_size": 3})
+    bad(nsga2={"pop_size": 10_001})
     bad(nsga2={"generations": 0})
+    bad(nsga2={"generations": 10_001})
     bad(nsga2={"seed": -1})
+    bad(nsga2={"seed": 2**63})
     bad(exhaustive_limit=0)
     bad(exhaustive_limit=1_000_001)
     ok(robust={"seeds": [1]})
@@ -746,3 +749,13 @@ def test_nsga2_on_the_real_twin_reaches_95_percent_of_exhaustive():
                        / fr.hypervolume(F_ex, ref))
         assert res.meta["fraction_of_space"]["nominal"] < 1.0
     assert np.mean(reached) >= 0.95, reached
+
+
+@pytest.mark.parametrize("ref", [[0.0, 1.0], [1.0, -2.0], [math.inf, 1.0], [1.0, math.nan]])
+def test_a_reference_point_must_be_two_finite_positive_numbers(ref):
+    from twin.kernel.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="reference_point"):
+        load_sweep(sweep_dict(reference_point=ref))
+    assert load_sweep(sweep_dict(reference_point=[0.5, 1e3])).spec.reference_point == (0.5,
+                                                                                       1e3)
