@@ -165,6 +165,16 @@ def cells_frame(records: list[dict[str, Any]]):
                                          kind="stable").reset_index(drop=True)
 
 
+def cell_label(c) -> tuple[str, bool]:
+    """A map cell's text (its mean and p99 iteration time in ms, or "error") and whether it
+    is hatched (it ran but its mean did not converge, which the text says too)."""
+    if c.error:
+        return "error", False
+    mean, p99 = 1e3 * c.iteration_time_mean_s, 1e3 * c.iteration_time_p99_s
+    text = f"{mean:.3g}\np99 {p99:.3g}"
+    return (text, False) if c.converged else (text + "\nnot converged", True)
+
+
 def plot_map(df, spec: ContentionMap, path: Path) -> None:
     """One panel per configuration: concurrency (rows) x service (columns), colour the
     efficiency, text the mean and p99 (ms); hatched cells did not converge."""
@@ -188,12 +198,10 @@ def plot_map(df, spec: ContentionMap, path: Path) -> None:
                     continue
                 c = cell.iloc[0]
                 grid[i, j] = c.efficiency if c.efficiency == c.efficiency else np.nan
-                mean, p99 = 1e3 * c.iteration_time_mean_s, 1e3 * c.iteration_time_p99_s
-                txt = "error" if c.error else f"{mean:.3g}\np99 {p99:.3g}"
-                ax.text(j, i, txt + ("\nnot converged" if not c.error and not c.converged
-                                     else ""), ha="center", va="center", fontsize=7,
+                txt, hatched = cell_label(c)
+                ax.text(j, i, txt, ha="center", va="center", fontsize=7,
                         bbox={"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 1})
-                if not c.error and not c.converged:
+                if hatched:
                     ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
                                                hatch="//", edgecolor="0.35", lw=0))
         im = ax.imshow(grid, vmin=0, vmax=1.05, cmap="viridis", aspect="auto")

@@ -294,6 +294,9 @@ def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
     assert main(["contention", str(f), "-o", str(out), "--workers", "0", "--quiet"]) == 0
     df = pd.read_csv(out / "cells.csv")
     assert sorted(df.service) == ["exp", "p15", "roofline"]
+    from experiments.contention import COLUMNS
+
+    assert tuple(df.columns) == COLUMNS  # no index column
     assert (out / "contention_map.png").stat().st_size > 0
     p15 = df[df.service == "p15"].iloc[0]
     assert not p15.converged and p15.iteration_time_p99_s >= p15.iteration_time_p50_s
@@ -410,6 +413,7 @@ def test_a_map_problem_shared_by_many_cells_is_reported_once_with_its_cells():
     three = {"e": {"dist": "exponential"}, "d": {"dist": "deterministic"}}
     (p,) = problems({"ok": [], "bad": ["overlap.tp_comm=maybe"]}, three)
     assert p.startswith("a/bad/roofline and 5 more cells: overlap.tp_comm") and "maybe" in p
+    assert p.endswith("allowed: true or false")  # the cell's allowed values kept
     (p,) = problems({"ok": []}, {"e": {"dist": "pareto", "alpha": 0.5}})
     assert p.startswith("a/ok/e and 1 more cells: memory.service.alpha")
     (p,) = problems({"ok": [], "x": ["workload.micro_batch=3"]}, {"e": {"dist": "exponential"}})
@@ -486,3 +490,61 @@ def test_the_summarys_memory_flags_join_the_bandwidth_and_latency_draws(monkeypa
     assert out["memory_warnings"] == (["bandwidth warning"] if bw else []) + (
         ["latency-bound kernels: latency warning"] if lat else [])
     assert out["memory_latency"]["unstable"] is lat
+
+
+def test_a_map_cells_label_says_what_its_run_gave():
+    """Mean and p99 in ms to 3 digits; a mean that did not settle is said and hatched; a
+    cell whose run failed says so and nothing else."""
+    from types import SimpleNamespace
+
+    from experiments.contention import cell_label
+
+    def cell(**kw):
+        return SimpleNamespace(**{"error": None, "converged": True,
+                                  "iteration_time_mean_s": 0.12345,
+                                  "iteration_time_p99_s": 0.5, **kw})
+
+    assert cell_label(cell()) == ("123\np99 500", False)
+    assert cell_label(cell(converged=False)) == ("123\np99 500\nnot converged", True)
+    assert cell_label(cell(error="MemoryError", converged=False)) == ("error", False)
+
+
+def test_contention_map_settings_take_their_bounds():
+    from pydantic import ValidationError
+
+    from experiments.contention import ContentionMap
+
+    def spec(**kw):
+        return {"name": "m", "configurations": {"a": {"base": "x.yaml"}},
+                "concurrency": {"q": []}, "services": {"e": {"dist": "exponential"}}, **kw}
+
+    for ok in ({"seed": 0}, {"seed": 2**63 - 1}, {"iterations": 2}, {"iterations": 100_000}):
+        ContentionMap.model_validate(spec(**ok))
+    for bad in ({"seed": -1}, {"seed": 2**63}, {"iterations": 1}, {"iterations": 100_001}):
+        with pytest.raises(ValidationError):
+            ContentionMap.model_validate(spec(**bad))
+
+
+def test_a_failed_cell_keeps_its_error_cut_to_300_characters(tmp_path, monkeypatch):
+    """A cell whose run raises is recorded (not converged) with the exception's type and
+    message, cut to 300 characters, and the map goes on."""
+    import pandas as pd
+    import yaml
+
+    import experiments.contention as ct
+    from twin.cli import main
+
+    def boom(task):
+        raise RuntimeError("x" * 1000)
+
+    monkeypatch.setattr(ct, "run_cell", boom)
+    spec = {"name": "f", "iterations": 2, "configurations": {"a": {
+        "base": str(SC / "quickstart.yaml")}}, "concurrency": {"q": []},
+        "services": {"e": {"dist": "exponential"}}}
+    f = tmp_path / "map.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    assert main(["contention", str(f), "-o", str(tmp_path / "o"), "--workers", "0",
+                 "--quiet"]) == 0
+    df = pd.read_csv(tmp_path / "o" / "cells.csv")
+    assert len(df) == 2 and not df.converged.any()
+    assert (df.error == ("RuntimeError: " + "x" * 1000)[:300]).all()

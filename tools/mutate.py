@@ -19,8 +19,11 @@ Mutation operators (``kind`` in the report):
 * ``bool``   ``and`` <-> ``or``, ``not x`` -> ``x``, ``True`` <-> ``False``, ``-x`` -> ``x``.
 
 Docstrings, annotations, decorators, f-strings and ``raise`` statements (error messages) are not
-mutated. A mutant's id names the enclosing function, the operator, the source of the mutated
-node and an occurrence number, so ids survive edits elsewhere in the module.
+mutated, nor the values of keyword arguments that only lay out a picture or a file
+(``figsize``, ``fontsize``, ``dpi``, line widths, legend placement, JSON ``indent``:
+:data:`PRESENTATION`), which no test can judge. A mutant's id names the enclosing function,
+the operator, the source of the mutated node and an occurrence number, so ids survive edits
+elsewhere in the module.
 
 Each worker owns a private copy of the repository in a temporary directory (parallel-safe);
 the mutant is written there and the tests run with that copy first on ``sys.path``. Score =
@@ -146,6 +149,20 @@ def _skip_ids(tree: ast.AST) -> set[int]:
     return skip
 
 
+#: Keyword arguments that only lay out a picture or a file (sizes, fonts, line widths, legend
+#: placement, resolution, JSON indentation): no test can judge a value of these, so their
+#: subtrees are not mutated. Counted before skipping, so other mutants keep their ids.
+PRESENTATION = frozenset({"figsize", "fontsize", "dpi", "lw", "linewidth", "alpha", "pad",
+                          "bbox", "shrink", "fraction", "bbox_to_anchor", "ncol", "rotation",
+                          "markersize", "labelsize", "indent"})
+
+
+def _presentation_ids(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside a :data:`PRESENTATION` keyword argument's value."""
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.keyword)
+            and node.arg in PRESENTATION for n in ast.walk(node.value)}
+
+
 def _qualnames(tree: ast.AST) -> dict[int, str]:
     """Enclosing qualified name of every node."""
     out: dict[int, str] = {}
@@ -228,9 +245,12 @@ _SOURCES: dict[str, str] = {}  # module -> its text when the mutants were made (
 
 def mutants(module: str) -> list[Mutant]:
     """Every mutant of ``module`` (path relative to the repository root)."""
-    src = _SOURCES.setdefault(module, (ROOT / module).read_text())
+    if module not in _SOURCES:
+        _SOURCES[module] = (ROOT / module).read_text()
+    src = _SOURCES[module]
     tree = ast.parse(src)
     skip = _skip_ids(tree)
+    shown = _presentation_ids(tree)
     names = _qualnames(tree)
     seen: Counter = Counter()
     out = []
@@ -241,8 +261,9 @@ def mutants(module: str) -> list[Mutant]:
             snippet = " ".join(ast.unparse(node).split())[:80]
             func = names.get(id(node), "") or "<module>"
             key = (func, kind, op, snippet)
-            out.append(Mutant(module, index, kind, op, func, getattr(node, "lineno", 0),
-                              snippet, seen[key]))
+            if id(node) not in shown:
+                out.append(Mutant(module, index, kind, op, func, getattr(node, "lineno", 0),
+                                  snippet, seen[key]))
             seen[key] += 1
     return out
 
