@@ -423,9 +423,12 @@ def test_perfetto_slices_carry_their_names_categories_and_arguments(timeline, tm
                               strict=True))
 
 
-def test_perfetto_zero_length_slices_begin_before_they_end(tmp_path):
-    """A zero-length slice between two others on one thread: at its instant the slice before
-    ends, then the zero-length one begins and ends, then the next begins."""
+@pytest.mark.parametrize("zeros, reverse", [(1, False), (2, False), (2, True)])
+def test_perfetto_zero_length_slices_begin_before_they_end(tmp_path, zeros, reverse):
+    """Zero-length slices between two others on one thread: at their instant the slice
+    before ends, then each zero-length one begins and ends (two were once nested: both
+    begins, then both ends), then the next begins; also when the slices come in reverse
+    order (the events are ordered by time, not by the table)."""
     import pandas as pd
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
@@ -433,9 +436,13 @@ def test_perfetto_zero_length_slices_begin_before_they_end(tmp_path):
     from twin.export.timeline import ARG_COLUMNS, Timeline
 
     nan = float("nan")
-    sl = pd.DataFrame({"pid": [1, 1, 1], "tid": [1, 1, 1], "t0": [0.0, 1.0, 1.0],
-                       "t1": [1.0, 1.0, 2.0], "name": ["a", "zero", "b"],
-                       "cat": ["compute"] * 3, **{c: [nan] * 3 for c in ARG_COLUMNS}})
+    n = 2 + zeros
+    sl = pd.DataFrame({"pid": [1] * n, "tid": [1] * n, "t0": [0.0] + [1.0] * (n - 1),
+                       "t1": [1.0] * (n - 1) + [2.0],
+                       "name": ["a"] + [f"zero{k}" for k in range(zeros)] + ["b"],
+                       "cat": ["compute"] * n, **{c: [nan] * n for c in ARG_COLUMNS}})
+    if reverse:
+        sl = sl.iloc[::-1].reset_index(drop=True)
     tl = Timeline(pd.DataFrame({"pid": [1], "name": ["p"], "sort_index": [0]}),
                   pd.DataFrame({"pid": [1], "tid": [1], "name": ["compute"]}), sl,
                   pd.DataFrame(columns=["pid", "track", "t", "value"]),
@@ -445,8 +452,10 @@ def test_perfetto_zero_length_slices_begin_before_they_end(tmp_path):
               for p in _decode(write_perfetto(tl, tmp_path / "z.pftrace"))
               if p.HasField("track_event")]
     B, E = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
-    assert events == [(0, B, "a"), (10**9, E, ""), (10**9, B, "zero"), (10**9, E, ""),
-                      (10**9, B, "b"), (2 * 10**9, E, "")]
+    middle = [e for k in (range(zeros)[::-1] if reverse else range(zeros))
+              for e in ((10**9, B, f"zero{k}"), (10**9, E, ""))]
+    assert events == [(0, B, "a"), (10**9, E, ""), *middle, (10**9, B, "b"),
+                      (2 * 10**9, E, "")]
 
 
 def test_chrome_events_of_a_hand_made_timeline():

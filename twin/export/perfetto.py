@@ -76,12 +76,12 @@ def write_perfetto(tl: Timeline, out: Path) -> Path:
     ts = np.concatenate([t0, t1])
     kind = np.concatenate([np.ones(len(sl), dtype=np.int64), np.zeros(len(sl), dtype=np.int64)])
     idx = np.concatenate([np.arange(len(sl)), np.arange(len(sl))])
-    # per slice, begin before end; at equal times an end closes before the next slice begins
-    # (slices of one thread are disjoint), and a zero-length slice begins and ends between
-    # the two (not nested in the next)
+    # at one instant: the ends of slices that end there (slices of one thread are disjoint),
+    # then each zero-length slice's begin and its end together (none nested in another or in
+    # the next slice), then the begins of slices that start there
     zero = np.concatenate([t0 == t1, t0 == t1])
-    rank = np.where(zero, 2 - kind, 3 * kind)
-    order = np.lexsort((idx, rank, ts))
+    rank = np.where(zero, 1, 2 * kind)
+    order = np.lexsort((1 - kind, idx, rank, ts))
     tracks = [thread_uuid[(int(p), int(t))] for p, t in zip(sl["pid"], sl["tid"], strict=True)]
     names = sl["name"].astype(str).to_numpy()
     cats = sl["cat"].astype(str).to_numpy()
