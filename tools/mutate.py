@@ -23,7 +23,9 @@ mutated, nor the values of keyword arguments that only lay out a picture or a fi
 (``figsize``, ``fontsize``, ``dpi``, line widths, legend placement, JSON ``indent``:
 :data:`PRESENTATION`), which no test can judge. A mutant's id names the enclosing function,
 the operator, the source of the mutated node and an occurrence number, so ids survive edits
-elsewhere in the module.
+in other functions of the module; an edit inside the function can renumber its occurrences
+(they follow ``ast.walk``'s breadth-first order), so re-check that function's equivalent
+entries (a test checks that each still names a mutant, not that it is the same node).
 
 Each worker owns a private copy of the repository in a temporary directory (parallel-safe);
 the mutant is written there and the tests run with that copy first on ``sys.path``. Score =
