@@ -476,18 +476,23 @@ def test_energy_of_a_summary_that_names_no_iteration_count_is_the_runs():
 
 
 def test_heatmap_grids_place_each_device_per_iteration_on_its_coordinates(tmp_path):
-    """Over two iterations each grid cell ``[y, x]`` holds that device's energy / 2 (J), its
-    forwarded bytes / 2 in GB and its max temperature, from the devices table by hand."""
+    """Over two iterations on a 4x4 mesh each grid cell ``[y, x]`` holds that device's
+    energy / 2 (J), its forwarded bytes / 2 in GB and its max temperature, from the devices
+    table by hand."""
     from twin.reading import TraceData
     from twin.report.html import heatmap_grids
     from twin.trace import read_table
 
-    res = _run(tmp_path, "grid", ["workload.iterations=2", "simulation.symmetry=false"])
+    res = _run(tmp_path, "grid", [
+        "cluster.topology.kind=mesh2d", "cluster.topology.shape=[4,4]",
+        "workload.parallelism.dp=16", "workload.global_batch=16", "workload.micro_batch=1",
+        "network.dp_algorithm=torus2d", "workload.iterations=2", "simulation.symmetry=false"])
     dev = read_table(res.trace_path, "devices")
+    assert (dev["forwarded_bytes"] > 0).any()  # the mesh's interior forwards
     grids = dict(heatmap_grids(TraceData(res.trace_path, need=("devices",))))
     assert list(grids) == ["energy per iteration (J)", "forwarded GB per iteration",
                            "max die temperature (C)"]
-    assert grids["energy per iteration (J)"].shape == (2, 4)  # the 4x2 torus: 2 rows of 4
+    assert grids["energy per iteration (J)"].shape == (4, 4)
     for r in dev.itertuples(index=False):
         assert grids["energy per iteration (J)"][r.y, r.x] == pytest.approx(r.energy_j / 2)
         assert grids["forwarded GB per iteration"][r.y, r.x] == pytest.approx(
@@ -510,3 +515,25 @@ def test_devices_that_do_not_fill_one_flat_grid_get_no_heatmaps(xyz):
         energy_j=1.0, forwarded_bytes=0.0, max_temp_c=40.0)
     td = SimpleNamespace(table=lambda name: dev, summary={"iterations": 1})
     assert heatmap_grids(td) is None and heatmaps(td) is None
+
+
+def test_the_html_lists_the_alerts_and_the_layer_shares(tmp_path):
+    """A hot run with slow links raises alerts: each is an item of one list in the page;
+    the layer shares of the verdict are a table under their heading, one row each."""
+    import html
+
+    from twin.reading import TraceData
+    from twin.report import REPORT_TABLES
+    from twin.report.html import render
+
+    res = _run(tmp_path, "alerts", ["workload.iterations=2", *HOT_UNTHROTTLED,
+                                     "cluster.link.bandwidth_gbps=1"])
+    rep = build_report(res.trace_path)
+    alerts, shares = rep["verdict"]["alerts"], rep["verdict"]["layer_shares"]
+    assert alerts and shares
+    page = render(rep, TraceData(res.trace_path, need=REPORT_TABLES))
+    items = "".join(f"<li>{html.escape(a)}</li>" for a in alerts)
+    assert f"<ul>{items}</ul>" in page
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{x:.2%}</td></tr>"
+                   for k, x in shares.items())
+    assert f"<h2>Layers</h2><table><tr><th>layer</th><th>share</th></tr>{rows}</table>" in page

@@ -20,7 +20,7 @@ Mutation operators (``kind`` in the report):
 
 Docstrings, annotations, decorators, f-strings and ``raise`` statements (error messages) are not
 mutated, nor the values of keyword arguments that only lay out a picture or a file
-(``figsize``, ``fontsize``, ``dpi``, line widths, legend placement, JSON ``indent``:
+(``figsize``, ``fontsize``, ``dpi``, colours, line widths, legend placement, JSON ``indent``:
 :data:`PRESENTATION`), which no test can judge. A mutant's id names the enclosing function,
 the operator, the source of the mutated node and an occurrence number, so ids survive edits
 in other functions of the module; an edit inside the function can renumber its occurrences
@@ -156,7 +156,7 @@ def _skip_ids(tree: ast.AST) -> set[int]:
 #: subtrees are not mutated. Counted before skipping, so other mutants keep their ids.
 PRESENTATION = frozenset({"figsize", "fontsize", "dpi", "lw", "linewidth", "alpha", "pad",
                           "bbox", "shrink", "fraction", "bbox_to_anchor", "ncol", "rotation",
-                          "markersize", "labelsize", "indent"})
+                          "markersize", "labelsize", "indent", "color", "frameon"})
 
 
 def _presentation_ids(tree: ast.AST) -> set[int]:
