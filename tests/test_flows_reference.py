@@ -725,3 +725,18 @@ def test_a_barrier_released_apart_from_the_rest_of_its_component_leaves_it_alloc
     ends, _net = engine_run(cap, transfers)
     assert ends == pytest.approx(fluid(cap, transfers), rel=1e-9)
     assert ends[1] == pytest.approx(0.4) and ends[0] == pytest.approx(0.7 + 0.5)
+
+
+def test_local_copies_cost_nothing_and_are_never_active():
+    """A flow with an empty route (source and destination on one device) has nothing to
+    send: it is not an active flow, takes no share of any link, and a transfer of local
+    copies alone is finished when it starts. Its bytes are not undelivered at a cancel."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, np.array([10.0]))
+    tr = net.transfer([[], [0]], [7.0, 40.0])
+    assert tr.active.tolist() == [False, True] and tr.remaining.tolist() == [0.0, 40.0]
+    env.run(until=2.0)  # the routed flow alone on link 0: 20 B sent
+    assert net.cancel(tr) == pytest.approx(20.0)
+    local = net.transfer([[], []], [5.0, 6.0])
+    env.run()
+    assert local.finished and not local.active.any()
