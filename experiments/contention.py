@@ -175,6 +175,25 @@ def cell_label(c) -> tuple[str, bool]:
     return (text, False) if c.converged else (text + "\nnot converged", True)
 
 
+def map_panel(df, conf: str, rows: list[str], cols: list[str]):
+    """One configuration's panel: the efficiency grid (``[i, j]``: concurrency ``rows[i]``,
+    service ``cols[j]``; NaN for a missing cell or one without an efficiency) and each
+    present cell's :func:`cell_label` by ``(i, j)``."""
+    import numpy as np
+
+    grid = np.full((len(rows), len(cols)), np.nan)
+    labels: dict[tuple[int, int], tuple[str, bool]] = {}
+    for i, q in enumerate(rows):
+        for j, sv in enumerate(cols):
+            cell = df[(df.configuration == conf) & (df.concurrency == q) & (df.service == sv)]
+            if not len(cell):
+                continue
+            c = cell.iloc[0]
+            grid[i, j] = c.efficiency if c.efficiency == c.efficiency else np.nan
+            labels[(i, j)] = cell_label(c)
+    return grid, labels
+
+
 def plot_map(df, spec: ContentionMap, path: Path) -> None:
     """One panel per configuration: concurrency (rows) x service (columns), colour the
     efficiency, text the mean and p99 (ms); hatched cells did not converge."""
@@ -182,7 +201,6 @@ def plot_map(df, spec: ContentionMap, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     confs = list(spec.configurations)
     rows = list(spec.concurrency)
@@ -190,20 +208,13 @@ def plot_map(df, spec: ContentionMap, path: Path) -> None:
     fig, axes = plt.subplots(1, len(confs), figsize=(2.0 + 1.6 * len(cols) * len(confs),
                                                      1.2 + 0.9 * len(rows)), squeeze=False)
     for ax, conf in zip(axes[0], confs, strict=True):
-        grid = np.full((len(rows), len(cols)), np.nan)
-        for i, q in enumerate(rows):
-            for j, sv in enumerate(cols):
-                cell = df[(df.configuration == conf) & (df.concurrency == q) & (df.service == sv)]
-                if not len(cell):
-                    continue
-                c = cell.iloc[0]
-                grid[i, j] = c.efficiency if c.efficiency == c.efficiency else np.nan
-                txt, hatched = cell_label(c)
-                ax.text(j, i, txt, ha="center", va="center", fontsize=7,
-                        bbox={"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 1})
-                if hatched:
-                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
-                                               hatch="//", edgecolor="0.35", lw=0))
+        grid, labels = map_panel(df, conf, rows, cols)
+        for (i, j), (txt, hatched) in labels.items():
+            ax.text(j, i, txt, ha="center", va="center", fontsize=7,
+                    bbox={"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 1})
+            if hatched:  # the cell's square, centred on (j, i)
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                           hatch="//", edgecolor="0.35", lw=0))
         im = ax.imshow(grid, vmin=0, vmax=1.05, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)

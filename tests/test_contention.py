@@ -272,7 +272,7 @@ def test_overlap_bounds_are_accepted_and_sm_sharing_is_off_by_default():
     assert s["sm_max_used"] == 0 and s["hbm_max_streams"] == 0
 
 
-def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
+def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path, capsys):
     """``twin contention`` on a small map: one row per cell in cells.csv (with the roofline
     cell as the efficiency reference), the PNG, and the Pareto 1.5 cell marked not
     converged (infinite-variance service)."""
@@ -292,6 +292,8 @@ def test_contention_map_cli_writes_cells_and_marks_non_converged(tmp_path):
     f.write_text(yaml.safe_dump(spec))
     out = tmp_path / "runs" / "maps" / "out"  # folders still to be made
     assert main(["contention", str(f), "-o", str(out), "--workers", "0", "--quiet"]) == 0
+    assert f"wrote {out / 'cells.csv'} and {out / 'contention_map.png'}" in \
+        capsys.readouterr().out
     df = pd.read_csv(out / "cells.csv")
     assert sorted(df.service) == ["exp", "p15", "roofline"]
     from experiments.contention import COLUMNS
@@ -427,17 +429,18 @@ def test_a_map_problem_shared_by_many_cells_is_reported_once_with_its_cells():
         "(given: []); allowed: distinct concurrency"]
 
 
-def test_a_cells_record_is_its_runs_summary():
+@pytest.mark.parametrize("bound", ["auto", "bandwidth"])
+def test_a_cells_record_is_its_runs_summary(bound):
     """``run_cell`` against the same scenario run here: the iteration statistics and HBM
     figures are the summary's, and ``rho_max`` the largest utilization over the summary's
-    bandwidth levels and its latency levels."""
+    bandwidth levels and its latency levels (``bandwidth``: no latency levels)."""
     from experiments.contention import load_map, run_cell
 
     spec = {"name": "one", "iterations": 3, "configurations": {"lat": {
         "base": str(SC / "quickstart.yaml"),
         "set": ["cluster.topology.shape=[2,1]", "workload.parallelism.dp=2",
                 "workload.global_batch=4", "workload.micro_batch=1", "workload.seq_len=256",
-                "memory.bound=auto"]}},
+                f"memory.bound={bound}"]}},
         "concurrency": {"default": []}, "services": {"exp": {"dist": "exponential"}}}
     _spec, tasks = load_map(spec)
     (task,) = [t for t in tasks if t["service"] == "exp"]
@@ -518,9 +521,19 @@ def test_contention_map_settings_take_their_bounds():
         return {"name": "m", "configurations": {"a": {"base": "x.yaml"}},
                 "concurrency": {"q": []}, "services": {"e": {"dist": "exponential"}}, **kw}
 
-    for ok in ({"seed": 0}, {"seed": 2**63 - 1}, {"iterations": 2}, {"iterations": 100_000}):
+    def named(n, value):
+        return {f"k{i}": value for i in range(n)}
+
+    assert ContentionMap.model_validate(spec()).iterations == 20  # the default
+    for ok in ({"seed": 0}, {"seed": 2**63 - 1}, {"iterations": 2}, {"iterations": 100_000},
+               {"concurrency": named(32, [])},
+               {"services": named(32, {"dist": "exponential"})},
+               {"configurations": named(16, {"base": "x.yaml"})}):
         ContentionMap.model_validate(spec(**ok))
-    for bad in ({"seed": -1}, {"seed": 2**63}, {"iterations": 1}, {"iterations": 100_001}):
+    for bad in ({"seed": -1}, {"seed": 2**63}, {"iterations": 1}, {"iterations": 100_001},
+                {"concurrency": named(33, [])},
+                {"services": named(33, {"dist": "exponential"})},
+                {"configurations": named(17, {"base": "x.yaml"})}):
         with pytest.raises(ValidationError):
             ContentionMap.model_validate(spec(**bad))
 
@@ -548,3 +561,31 @@ def test_a_failed_cell_keeps_its_error_cut_to_300_characters(tmp_path, monkeypat
     df = pd.read_csv(tmp_path / "o" / "cells.csv")
     assert len(df) == 2 and not df.converged.any()
     assert (df.error == ("RuntimeError: " + "x" * 1000)[:300]).all()
+
+
+def test_a_map_panel_puts_each_cell_of_its_configuration_in_its_place():
+    """Rows are concurrencies and columns services in the map's order; a cell of another
+    configuration, or of the same concurrency but another service, never lands in it; a
+    missing cell is NaN and unlabelled; a failed one has no efficiency."""
+    import math
+
+    import pandas as pd
+
+    from experiments.contention import map_panel
+
+    def cell(conf, q, sv, eff, **kw):
+        return {"configuration": conf, "concurrency": q, "service": sv, "efficiency": eff,
+                "iteration_time_mean_s": 0.01, "iteration_time_p99_s": 0.02,
+                "converged": True, "error": "", **kw}
+
+    df = pd.DataFrame([cell("b", "q1", "s1", 0.9), cell("a", "q2", "s1", 0.5),
+                       cell("a", "q1", "s2", 0.7, converged=False),
+                       cell("a", "q1", "s1", 1.0),
+                       cell("a", "q2", "s2", math.nan, error="boom", converged=False)])
+    grid, labels = map_panel(df, "a", ["q1", "q2", "q3"], ["s1", "s2"])
+    assert grid.shape == (3, 2)
+    assert grid[:2].tolist()[0] == [1.0, 0.7] and grid[1, 0] == 0.5
+    assert math.isnan(grid[1, 1]) and all(math.isnan(v) for v in grid[2])
+    assert set(labels) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert labels[(0, 1)] == ("10\np99 20\nnot converged", True)
+    assert labels[(1, 1)] == ("error", False)

@@ -156,7 +156,8 @@ def _skip_ids(tree: ast.AST) -> set[int]:
 #: subtrees are not mutated. Counted before skipping, so other mutants keep their ids.
 PRESENTATION = frozenset({"figsize", "fontsize", "dpi", "lw", "linewidth", "alpha", "pad",
                           "bbox", "shrink", "fraction", "bbox_to_anchor", "ncol", "rotation",
-                          "markersize", "labelsize", "indent", "color", "frameon"})
+                          "markersize", "labelsize", "indent", "color", "frameon", "fill",
+                          "hatch", "edgecolor", "facecolor"})
 
 
 def _presentation_ids(tree: ast.AST) -> set[int]:
