@@ -143,11 +143,14 @@ def knee_index(F: np.ndarray) -> int:
 # ----------------------------------------------------------------------------- shape
 def lower_convex_hull(P: np.ndarray) -> np.ndarray:
     """Indices of the vertices of the lower convex hull of 2-D points, by increasing x
-    (Andrew's monotone chain, collinear points dropped)."""
+    (Andrew's monotone chain, collinear points dropped; of points sharing an x only the
+    lowest, so the hull is a function of x)."""
     P = np.asarray(P, dtype=float)
     order = np.lexsort((P[:, 1], P[:, 0]))
     hull: list[int] = []
     for i in order:
+        if hull and P[hull[-1], 0] == P[i, 0]:
+            continue  # above the hull's point at this x (sorted by y within an x)
         while len(hull) >= 2:
             o, a = P[hull[-2]], P[hull[-1]]
             cross = (a[0] - o[0]) * (P[i, 1] - o[1]) - (a[1] - o[1]) * (P[i, 0] - o[0])

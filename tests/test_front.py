@@ -243,3 +243,59 @@ def test_a_parameter_shared_across_the_jump_by_its_last_points_does_not_separate
     assert j["separating"] == ["family"]
     assert (j["after_group"], j["before_group"]) == (["A-5"], ["B-6"])
     assert j["changed"] == {"family": ["A", "B"]}
+
+
+def test_ideal_point_is_the_componentwise_minimum_over_all_fronts():
+    """Over fronts of any length (a flat list of two values is one point); empty fronts are
+    skipped."""
+    fronts = [np.array([[3.0, 1.0], [1.0, 5.0]]), np.array([2.0, 0.5]), np.zeros((0, 2))]
+    assert fr.ideal_point(fronts).tolist() == [1.0, 0.5]
+
+
+def test_knee_of_two_points_does_not_depend_on_an_offset_either():
+    """Scaling to [0, 1] subtracts each objective's minimum: an offset of 100 on one
+    objective leaves the two points at (0, 1) and (1, 0), and the knee on the first."""
+    F = np.array([[1.0, 10.0], [2.0, 5.0]])
+    for offset in ([0.0, 100.0], [100.0, 0.0], [-0.5, 1e3]):
+        assert fr.knee_index(F + np.array(offset)) == 0
+
+
+def test_knee_of_more_than_two_points_is_farthest_from_the_chord_not_closest_to_ideal():
+    """Scaled points (0, 1), (0.2, 0.5), (0.6, 0.05), (1, 0): distances to the chord x + y =
+    1 are 0, 0.3 / sqrt 2 and 0.35 / sqrt 2, so the knee is the third; the point closest to
+    the ideal (0, 0) would be the second (0.54 against 0.60)."""
+    F = np.array([[0.0, 1.0], [0.2, 0.5], [0.6, 0.05], [1.0, 0.0]]) * [10.0, 100.0] + [5, 7]
+    assert fr.knee_index(F) == 2
+
+
+def test_hull_depth_of_points_sharing_an_x_is_their_height_above_the_lowest():
+    """The lower hull keeps the lowest point of each x (it once kept the top of a vertical
+    run too, and the points below it got negative depths)."""
+    P = np.array([[1.0, 3.0], [1.0, 1.0], [1.0, 2.0]])
+    assert fr.lower_convex_hull(P).tolist() == [1]
+    assert fr.hull_depth(P).tolist() == [2.0, 0.0, 1.0]
+    Q = np.array([[0.0, 1.0], [1.0, 0.5], [1.0, 0.0], [2.0, 1.0]])
+    assert fr.lower_convex_hull(Q).tolist() == [0, 2, 3]
+    assert fr.hull_depth(Q).tolist() == [0.0, 0.5, 0.0, 0.0]
+
+
+def test_shape_of_two_and_three_positions():
+    """Two positions: one gap, sqrt 2 in scaled units, and no jump (a jump needs 3
+    positions). Three positions whose middle one lies above the chord of the others: a
+    non-convex segment (the hull is checked from three positions on)."""
+    two = fr.shape_analysis(_front_df([1.0, 2.0], [5.0, 1.0], ["a", "b"]), ["t", "e"],
+                            ["family"])
+    assert two["gaps"] == [pytest.approx(np.sqrt(2.0))] and two["jumps"] == []
+    three = fr.shape_analysis(_front_df([0.0, 0.5, 1.0], [1.0, 0.9, 0.0], ["a"] * 3),
+                              ["t", "e"], ["family"])
+    assert not three["convex"] and three["nonconvex_segments"]
+
+
+def test_a_gap_under_a_quarter_of_the_path_is_no_jump_however_long_against_the_median():
+    """Twenty gaps of 1 and one of 4 along a line: 4 is 4x the median but 4 / 24 of the path,
+    under the default fraction 0.25: no jump; with the fraction at 0.15 it is one."""
+    t = np.r_[np.arange(21.0), 24.0]
+    df = _front_df(t, 100.0 - t, ["a"] * 22)
+    assert fr.shape_analysis(df, ["t", "e"], ["family"])["jumps"] == []
+    jumps = fr.shape_analysis(df, ["t", "e"], ["family"], jump_fraction=0.15)["jumps"]
+    assert [j["index"] for j in jumps] == [20]
