@@ -368,15 +368,21 @@ class RecordDir:
 
 class JsonLines:
     """A journal of one JSON line per finished run, appended as runs finish; a torn last line
-    (the invocation was killed while writing it) is ignored when reading."""
+    (the invocation was killed while writing it) is ignored when reading and cut off when
+    resuming (:meth:`start`)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
     def start(self, resume: bool) -> list[dict[str, Any]]:
         """The records kept by an earlier invocation with ``resume``; otherwise start an empty
-        journal (and return none)."""
+        journal (and return none). A torn last line is cut off the file when resuming, so the
+        next record starts a line of its own (appended to the fragment, it was lost too)."""
         if resume and self.path.is_file():
+            with self.path.open("r+b") as fh:
+                data = fh.read()
+                if data and not data.endswith(b"\n"):
+                    fh.truncate(data.rfind(b"\n") + 1)
             out = []
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:

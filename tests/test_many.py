@@ -152,7 +152,12 @@ def test_a_run_journal_starts_empty_unless_resumed(tmp_path):
     journal.add({"id": 2})
     with path.open("a") as fh:
         fh.write('[3]\n{"id": 4')  # a list is no record; a torn line
-    assert JsonLines(path).start(resume=True) == [{"id": 1}, {"id": 2}]
+    resumed = JsonLines(path)
+    assert resumed.start(resume=True) == [{"id": 1}, {"id": 2}]
+    # the first run finished after resuming is kept by the next resume (it was appended to
+    # the torn fragment, one broken line, and lost)
+    resumed.add({"id": 5})
+    assert JsonLines(path).start(resume=True) == [{"id": 1}, {"id": 2}, {"id": 5}]
     assert JsonLines(path).start(resume=False) == [] and path.read_text() == ""
 
 

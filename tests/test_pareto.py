@@ -675,6 +675,20 @@ def test_cli_resume_reuses_recorded_runs(tmp_path, capsys):
     again = pd.read_csv(out / "points.csv")
     pd.testing.assert_frame_equal(first.drop(columns="wall_time_s"),
                                   again.drop(columns="wall_time_s"))
+    # a record whose point lies outside the space (an edited journal, or a sweep that lost
+    # options) is run again, not reused or fingerprinted
+    recs = []
+    for line in journal.read_text().splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass  # the torn line written before
+    assert len(recs) == 4
+    recs[0]["x"] = [0, 7]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main([*args, "--resume"]) == 0
+    meta = json.loads((out / "report.json").read_text())["meta"]
+    assert meta["resumed_runs"] == 3 and meta["twin_runs"] == 1
     # a changed sweep invalidates the recorded runs of the points it changes
     sweep.write_text(yaml.safe_dump(sweep_dict(
         space={"parallelism": [[4, 1, 1], [2, 2, 1]], "power.dvfs.frequency_mhz": [1980, 1260]},
@@ -759,3 +773,21 @@ def test_a_reference_point_must_be_two_finite_positive_numbers(ref):
         load_sweep(sweep_dict(reference_point=ref))
     assert load_sweep(sweep_dict(reference_point=[0.5, 1e3])).spec.reference_point == (0.5,
                                                                                        1e3)
+
+
+def test_a_runs_record_carries_the_per_sequence_figures_and_the_limits():
+    """``metrics_row`` from a scenario and a summary written here: time and energy per
+    sequence are the iteration's over the global batch, the microbatches per replica
+    global / (dp x micro), and each limit's orders of magnitude a column of its own."""
+    from experiments.pareto.evaluate import metrics_row
+    from twin.scenario import load_scenario
+
+    scen = load_scenario(CHEAP4, ["workload.global_batch=16", "workload.micro_batch=2",
+                                  "workload.parallelism.dp=2", "workload.parallelism.tp=2"])
+    summary = {"iteration_time_s": 2.0, "energy_per_iteration_j": 800.0,
+               "limits_orders_of_magnitude": {"roofline": 0.5, "landauer": None}}
+    row = metrics_row(scen, summary)
+    assert row["time_per_sequence_s"] == 2.0 / 16 and row["energy_per_sequence_j"] == 50.0
+    assert row["energy_delay_product_js"] == 1600.0 and row["microbatches"] == 4
+    assert row["roofline_orders_of_magnitude"] == 0.5
+    assert math.isnan(row["landauer_orders_of_magnitude"])
