@@ -387,3 +387,20 @@ def test_the_edge_effect_answer_by_hand():
     assert failed["classes"] == ["corner", "edge"] and failed["same_front_points"] is True
     assert failed["edge_vs_corner_energy_gap"]["median"] == pytest.approx(0.1)
     assert failed["within_class_spread_max"] == {"a": 0.0}
+
+
+def test_mean_temperature_of_segments_without_length_is_the_last_ones():
+    """Time-weighted mean of the segments' end temperatures (column 5); when every segment
+    has zero length (nothing ran), the last segment's temperature; with no segment, the
+    die's current temperature."""
+    from types import SimpleNamespace
+
+    from twin.per_device import _mean_temp
+
+    def acc(seg):
+        return SimpleNamespace(power_segments=lambda: np.array(seg, dtype=float).reshape(-1, 6),
+                               temp_c=25.0)
+
+    assert _mean_temp(acc([[0, 1, 0, 0, 0, 40.0], [1, 4, 0, 0, 0, 60.0]])) == 55.0
+    assert _mean_temp(acc([[2, 2, 0, 0, 0, 40.0], [2, 2, 0, 0, 0, 41.0]])) == 41.0
+    assert _mean_temp(acc([])) == 25.0

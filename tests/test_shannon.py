@@ -36,6 +36,10 @@ def test_limits_report_the_shannon_hartley_energy_per_bit(tiny, capsys, nf_db):
     catalog_j = link["energy_pj_per_bit"] * 1e-12
     assert got["catalog_j_per_bit"] == pytest.approx(catalog_j, rel=1e-12, abs=0)
     assert got["orders_of_magnitude"] == pytest.approx(math.log10(catalog_j / expect), rel=1e-12)
+    rate = link["bandwidth_gbps"] * 8e9 / link["lanes"]  # one lane's bit/s over B = f_s / 2
+    assert got["spectral_efficiency"] == pytest.approx(
+        rate / (link["symbol_rate_gbaud"] * 1e9 / 2), rel=1e-12)
+    assert lim["without_bound"] == []
     assert "noise" in lim["assumption"] and "lossless" in lim["assumption"]
     # the run's bound: every bit each link carried at that energy, against the links' energy
     from twin.trace import read_table
@@ -104,3 +108,20 @@ def test_pareto_rows_carry_the_distances_to_both_bounds(tiny):
     e_b = _closed_form(link, 298.15, link.get("noise_figure_db", 0.0))
     shannon = math.log10(links["energy_j"].sum() / (links["bytes"].sum() * 8 * e_b))
     assert row["shannon_hartley_orders_of_magnitude"] == pytest.approx(shannon, rel=1e-9)
+
+
+def test_link_types_without_lane_data_are_listed_as_without_a_bound():
+    """A link type whose catalog entry gives no lanes or symbol rate has no Shannon bound: it
+    is named in ``without_bound`` and its bits are left out of the bound and its energy
+    out of the comparison; a type with the data is not named."""
+    import numpy as np
+
+    from twin.limits import shannon_limit
+
+    nv = dict(catalog("links").get("nvlink4").values)
+    bare = {k: v for k, v in nv.items() if k not in ("lanes", "symbol_rate_gbaud")}
+    out = shannon_limit(["nv", "bare"], np.array([1e9, 1e9]), np.array([2.0, 3.0]),
+                        {"nv": nv, "bare": bare}, 300.0)
+    assert out["without_bound"] == ["bare"] and out["link_types"]["bare"] is None
+    assert out["actual_j"] == 2.0
+    assert out["bound_j"] == pytest.approx(8e9 * _closed_form(nv, 300.0), rel=1e-12)
