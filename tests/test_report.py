@@ -253,6 +253,17 @@ def test_sweep_names_the_next_best_point(tmp_path):
         bad = tmp_path / f"no-{drop}.csv"
         pd.read_csv(tmp_path / "points.csv").drop(columns=drop).to_csv(bad, index=False)
         assert main(["report", str(res.trace_path), "--sweep", str(bad)]) == 2
+    # times that are not numbers: refused by column, not a traceback from the sort
+    words = pd.read_csv(tmp_path / "points.csv").astype({"iteration_time_s": str})
+    words.loc[1, "iteration_time_s"] = "fast"
+    words.to_csv(tmp_path / "words.csv", index=False)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["report", str(res.trace_path), "--sweep", str(tmp_path / "words.csv")])
+    assert code == 2 and "iteration_time_s" in err.getvalue()
 
 
 def _compute_op_seconds(res, rep) -> float:
@@ -537,3 +548,23 @@ def test_the_html_lists_the_alerts_and_the_layer_shares(tmp_path):
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{x:.2%}</td></tr>"
                    for k, x in shares.items())
     assert f"<h2>Layers</h2><table><tr><th>layer</th><th>share</th></tr>{rows}</table>" in page
+
+
+@pytest.mark.parametrize("bubble_s, layer", [(0.07, "scheduling"), (0.04, "compute")])
+def test_the_verdict_names_a_layer_from_5_percent_of_the_iteration(bubble_s, layer):
+    """The default ``min_share``, 5%: a pipeline bubble of 7% of a 1 s iteration is named
+    (scheduling); one of 4% leaves the run compute-bound."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from twin.report.attribution import BUBBLE
+    from twin.report.verdict import verdict
+
+    attr = {"iteration_time_s": 1.0, "mean": {"compute: mlp": 1 - bubble_s, BUBBLE: bubble_s},
+            "fractions": {"compute: mlp": 1 - bubble_s, BUBBLE: bubble_s},
+            "board_limit_w": 700.0}
+    td = SimpleNamespace(summary={"bubble_fraction": bubble_s}, scenario={},
+                         table=lambda name: pd.DataFrame())
+    v = verdict(attr, td)
+    assert v["min_share"] == 0.05 and v["layer"] == layer
