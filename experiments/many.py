@@ -231,7 +231,14 @@ def max_workers() -> int:
 def dask_client(workers: int | None = None, scheduler: str | None = None,
                 threads_per_worker: int = 1):
     """A ``dask.distributed.Client``: connected to ``scheduler`` if given, otherwise to a new
-    ``LocalCluster`` of ``workers`` single-threaded processes (default: one per core)."""
+    ``LocalCluster`` of ``workers`` single-threaded processes (default: one per core).
+
+    Raises:
+        ValueError: a local cluster of fewer than one worker (its tasks would wait forever;
+            ``--workers 0`` means no Dask at all, :func:`client_from_args`).
+    """
+    if not scheduler and workers is not None and workers < 1:
+        raise ValueError(f"a local Dask cluster needs at least one worker, not {workers}")
     from dask.distributed import Client, LocalCluster
 
     if scheduler:

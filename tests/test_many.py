@@ -120,6 +120,22 @@ def test_a_local_dask_cluster_runs_single_threaded_workers():
         assert len(pids) == 2 and os.getpid() not in pids
 
 
+def test_a_local_cluster_of_no_workers_is_refused_and_workers_0_means_no_dask():
+    """A LocalCluster of 0 workers takes tasks and never runs them (a mutant that read
+    ``--workers 0`` as such a cluster hung its test for 20 minutes): ``dask_client`` refuses
+    it at once, and ``--workers 0`` gives no client."""
+    import argparse
+
+    from experiments.many import client_from_args, dask_client
+
+    for n in (0, -1):
+        with pytest.raises(ValueError, match="at least one worker"):
+            with dask_client(n):
+                pass
+    with client_from_args(argparse.Namespace(workers=0, scheduler=None)) as client:
+        assert client is None
+
+
 @pytest.mark.parametrize("given,message", [
     ("", "not a usable directory name"),   # Path("") would be the working directory
     ("FILE", "is a file, not a directory"),
