@@ -174,6 +174,11 @@ def test_a_long_input_path_is_shown_cut_to_300_characters(tmp_path):
         read_input(long)
     assert exc.value.problems[0].value == long[:300]
     assert exc.value.source == long[:300]
+    assert exc.value.problems[0].message == "scenario file not found"
+    # a name longer than the file system takes (255 bytes) is said to be that, not missing
+    with pytest.raises(ScenarioError) as exc:
+        read_input(str(tmp_path / ("n" * 300 + ".yaml")))
+    assert exc.value.problems[0].message == "scenario file name too long"
 
 
 @pytest.mark.parametrize(("content", "words"), [

@@ -18,6 +18,7 @@ pointing a command at an unrelated file (``/etc/passwd``) does not echo it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -205,7 +206,8 @@ def read_input(path: str | Path, what: str = "scenario", *, field: str = "",
     try:
         st = os.stat(p)
     except (OSError, ValueError) as exc:
-        reason = "file name too long" if getattr(exc, "errno", None) == 36 else "not found"
+        too_long = getattr(exc, "errno", None) == errno.ENAMETOOLONG
+        reason = "name too long" if too_long else "not found"
         raise refuse(f"{what} file {reason}", src) from None
     if not stat.S_ISREG(st.st_mode):
         raise refuse(f"{what} file is not a regular file (a directory or device?)", src)
