@@ -66,6 +66,29 @@ def test_an_interrupted_command_exits_130(monkeypatch, capsys):
     assert "interrupted" in capsys.readouterr().err
 
 
+def test_a_failing_write_exits_1_naming_the_file_if_the_system_says_which(monkeypatch,
+                                                                         capsys):
+    """An OSError from the machine (a full disk): exit 1 and the file, when the error names
+    one; without a name, "a file or the output", and standard output is pointed at
+    /dev/null (most likely it was what failed)."""
+    import twin.cli
+
+    dropped = []
+    monkeypatch.setattr(twin.cli, "_drop_stdout", lambda: dropped.append(True))
+    for err, where, drops in ((OSError(28, "No space left on device", "/data/t.h5"),
+                               "/data/t.h5", False),
+                              (OSError(5, "Input/output error"), "a file or the output", True)):
+        def failing(self, args, err=err):
+            raise err
+
+        monkeypatch.setattr(twin.cli.CatalogCommand, "run", failing)
+        dropped.clear()
+        assert main(["catalog", "devices"]) == 1
+        text = capsys.readouterr().err
+        assert f"input/output failed on {where}: {err.strerror}" in text
+        assert bool(dropped) == drops
+
+
 @pytest.mark.parametrize("argv,missing", [
     (["run"], "scenario"), (["check"], "scenarios"), (["export"], "trace"),
     (["export", "t.h5"], "-o/--output"),  # where the timeline goes has no default
