@@ -663,6 +663,10 @@ def _damaged(kind: str, good: bytes, path: Path) -> None:
                 f.attrs["summary"] = "{not json"
             elif kind == "column":
                 del f["ops"]["t_start"]
+            elif kind == "scenario":  # the resolved scenario no longer YAML
+                f.attrs["scenario"] = "workload: {model: [unclosed"
+            elif kind == "scenario-list":  # YAML, but not a mapping
+                f.attrs["scenario"] = "- 1\n- 2\n"
             elif kind == "short-column":  # one column a row short of the others
                 ds = f["ops"]["t_start"]
                 ds.resize((ds.shape[0] - 1,))
@@ -681,6 +685,8 @@ def _damaged(kind: str, good: bytes, path: Path) -> None:
     ("foreign", "not a meshtwin trace"), ("incomplete", "trace incomplete"),
     ("summary", "summary is corrupted"), ("column", "dataset ops/t_start is missing"),
     ("short-column", "table ops is corrupted (columns of different lengths)"),
+    ("scenario", "trace attribute scenario is corrupted (not a YAML mapping)"),
+    ("scenario-list", "trace attribute scenario is corrupted (not a YAML mapping)"),
     ("units", "table links is corrupted"),
     ("code-low", "dataset ops/kind is corrupted (codes outside its categories)"),
     ("code-high", "dataset ops/kind is corrupted (codes outside its categories)"),

@@ -260,7 +260,8 @@ def open_trace(path: str | Path, need: Sequence[str] = (), verify: bool = False)
     instead of an h5py or JSON traceback. Checks, in order: a regular file with the HDF5
     signature; h5py can open it and read its root attributes; ``schema_version`` present
     (else "not a meshtwin trace") and not newer than this reader; ``complete`` set (else
-    "trace incomplete: the run was interrupted"); ``summary`` / ``sources`` valid JSON; every
+    "trace incomplete: the run was interrupted"); ``summary`` / ``sources`` valid JSON and
+    ``scenario`` a YAML mapping; every
     table in ``need`` present with every column it declares (every member if its units
     attribute names none, as :func:`read_table` reads it), all of one length and readable
     ("dataset ops/t_start is corrupted"); with ``verify``, the stored ``checksum`` matches the
@@ -361,6 +362,9 @@ def _validate(p: Path, need: Sequence[str], verify: bool) -> dict[str, Any]:
                                  f"meshtwin reads (<= {SCHEMA_VERSION})")
             if not isinstance(attrs.get("summary"), dict):
                 raise TraceError(f"{p}: trace attribute summary is missing or corrupted")
+            if "scenario" in attrs and not _is_mapping_yaml(attrs["scenario"]):
+                raise TraceError(f"{p}: trace attribute scenario is corrupted (not a YAML "
+                                 "mapping)")
             digests = {}
             names = [k for k in f if isinstance(f[k], h5py.Group)]
             for name in need:
@@ -381,6 +385,19 @@ def _validate(p: Path, need: Sequence[str], verify: bool) -> dict[str, Any]:
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
         raise TraceError(f"{p}: trace is corrupted or truncated ({_short(exc)})") from None
     return attrs
+
+
+def _is_mapping_yaml(text: Any) -> bool:
+    """Whether ``text`` is YAML text of a mapping (the resolved scenario a trace keeps)."""
+    import yaml
+
+    if not isinstance(text, str):
+        return False
+    try:
+        return isinstance(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
+                          dict)
+    except (yaml.YAMLError, UnicodeError):  # (a lone surrogate the reader cannot encode)
+        return False
 
 
 def _short(exc: BaseException) -> str:
