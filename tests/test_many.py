@@ -182,3 +182,18 @@ def test_the_task_runner_submits_at_most_the_documented_1024_runs():
     assert TaskRunner(abs).window == 1024
     with pytest.raises(ValueError, match="window"):
         TaskRunner(abs, window=0)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_table_is_written_with_its_columns_only(tmp_path, suffix):
+    """``atomic_write_table``: the frame's columns and rows, no index column, in the format
+    its suffix names."""
+    import pandas as pd
+
+    from experiments.many import atomic_write_table
+
+    df = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}, index=[10, 20])
+    path = atomic_write_table(df, tmp_path / f"t{suffix}")
+    back = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    assert list(back.columns) == ["a", "b"] and back["a"].tolist() == [1, 2]
+    assert path.read_bytes().startswith(b"PAR1") == (suffix == ".parquet")
