@@ -389,9 +389,10 @@ class JsonLines:
             with self.path.open("r+b") as fh:
                 data = fh.read()
                 if data and not data.endswith(b"\n"):
-                    fh.truncate(data.rfind(b"\n") + 1)
+                    data = data[: data.rfind(b"\n") + 1]
+                    fh.truncate(len(data))
             out = []
-            for line in self.path.read_text(encoding="utf-8").splitlines():
+            for line in data.decode("utf-8").splitlines():
                 try:
                     rec = json.loads(line)
                 except ValueError:

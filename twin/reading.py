@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from twin.kernel.errors import ScenarioError, TraceError
 from twin.kernel.trace import open_trace
@@ -52,8 +51,11 @@ class TraceData:
 
     @cached_property
     def scenario(self) -> dict[str, Any]:
-        """The resolved scenario as a mapping."""
-        return yaml.safe_load(self.attrs["scenario"])
+        """The resolved scenario as a mapping (a YAML mapping, checked by ``open_trace``;
+        read with the front door's bounded loader)."""
+        from twin.kernel.reading import load_yaml_text
+
+        return load_yaml_text(self.attrs["scenario"], source=str(self.path))
 
     def has(self, name: str) -> bool:
         """Whether the trace holds table ``name``."""

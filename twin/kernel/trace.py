@@ -388,15 +388,16 @@ def _validate(p: Path, need: Sequence[str], verify: bool) -> dict[str, Any]:
 
 
 def _is_mapping_yaml(text: Any) -> bool:
-    """Whether ``text`` is YAML text of a mapping (the resolved scenario a trace keeps)."""
-    import yaml
+    """Whether ``text`` is YAML text of a mapping (the resolved scenario a trace keeps), read
+    with the front door's bounded loader (a trace is an input too)."""
+    from twin.kernel.errors import ScenarioError
+    from twin.kernel.reading import load_yaml_text
 
     if not isinstance(text, str):
         return False
     try:
-        return isinstance(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
-                          dict)
-    except (yaml.YAMLError, UnicodeError):  # (a lone surrogate the reader cannot encode)
+        return isinstance(load_yaml_text(text), dict)
+    except ScenarioError:
         return False
 
 
