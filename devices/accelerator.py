@@ -42,6 +42,24 @@ from twin.kernel.records import Recorder
 _JITTER_BLOCK = 1024  # compute-jitter factors drawn at once (Accelerator._jitter)
 
 
+class _Factors:
+    """One draw of :data:`_JITTER_BLOCK` blocks' duration factors and the draw after it.
+
+    ``f``: the factors; on a TP-group agent the members' factors of every block in one flat
+    list (block ``i``: ``f[i * members:(i + 1) * members]``) and the blocks' largest and mean
+    factors (``fmax``, ``fmean``): three lists, no container per block. ``next`` keeps the
+    draw that followed, so an agent taken back to a checkpoint before it
+    (:meth:`Accelerator.restore`) runs its blocks again with the same factors, not with a
+    new draw from its generators, which have moved on."""
+
+    __slots__ = ("f", "fmax", "fmean", "next")
+
+    def __init__(self, f: list[float], fmax: list[float] | None = None,
+                 fmean: list[float] | None = None):
+        self.f, self.fmax, self.fmean = f, fmax, fmean
+        self.next: _Factors | None = None
+
+
 @dataclass(frozen=True)
 class BlockCost:
     """Duration and per-device energy of a compute block (at the given clock scale)."""
@@ -244,14 +262,13 @@ class Accelerator:
         self.recorder = recorder
         self.jitter_sigma = jitter_sigma
         self.rng = rng
-        self._jitter_buf: list[float] = []   # pre-drawn duration factors (see _jitter)
+        # pre-drawn duration factors and the next one's index (see _jitter, _group_span)
+        self._factors = _Factors([], [], [])
         self._jitter_i = 0
-        # a TP group as one agent: its members' streams, pre-drawn factors (per draw: the
-        # members' factors, their max and mean) and how far each member is behind the group's
-        # clock, s (see _group_span: () after a sync, a block's (span, dur, factors) until
-        # another block needs the values)
+        # a TP group as one agent: its members' streams and how far each member is behind the
+        # group's clock, s (see _group_span: () after a sync, a block's (span, dur, flat
+        # factors, block) until another block needs the values)
         self._members = member_rngs if jitter_sigma > 0 and member_rngs else None
-        self._member_buf: list[tuple[list[float], float, float]] = []
         self._lags: list[float] | tuple | None = () if self._members else None
         self.stats = DeviceStats(source=self.power_segments)
         self.slowdown = 1.0         # straggler factor on block durations (faults set it)
@@ -321,12 +338,24 @@ class Accelerator:
         :data:`_JITTER_BLOCK`: a Generator's array draw is the same sequence as that many
         scalar draws, so the factors are the same, at a fraction of the cost per draw."""
         i = self._jitter_i
-        if i >= len(self._jitter_buf):
-            s = self.jitter_sigma
-            self._jitter_buf = self.rng.lognormal(-0.5 * s * s, s, _JITTER_BLOCK).tolist()
+        buf = self._factors
+        if i >= len(buf.f):
+            buf = self._factors = buf.next or self._draw(buf)
             i = 0
         self._jitter_i = i + 1
-        return self._jitter_buf[i]
+        return buf.f[i]
+
+    def _draw(self, buf: _Factors) -> _Factors:
+        """Draw the factors of the next :data:`_JITTER_BLOCK` blocks after ``buf``."""
+        s = self.jitter_sigma
+        if self._members is None:
+            buf.next = _Factors(self.rng.lognormal(-0.5 * s * s, s, _JITTER_BLOCK).tolist())
+        else:
+            f = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK) for g in self._members],
+                         axis=1)
+            buf.next = _Factors(f.ravel().tolist(), f.max(axis=1).tolist(),
+                                f.mean(axis=1).tolist())
+        return buf.next
 
     def _group_span(self, dur: float) -> tuple[float, float]:
         """``(span, mean busy)`` of a block of duration ``dur`` (s) on a TP-group agent:
@@ -337,31 +366,29 @@ class Accelerator:
 
         Most blocks start with the members in step (a collective or a send came before):
         then the span is ``dur`` times the largest factor (rounding is monotone, so that is
-        the largest ``dur * f_j`` to the bit) and the lags are kept as ``(span, dur,
-        factors)``, worked out only if another block follows before the members meet."""
+        the largest ``dur * f_j`` to the bit) and the lags are kept as ``(span, dur, flat
+        factors, block)`` (see :class:`_Factors`), worked out only if another block follows
+        before the members meet."""
         i = self._jitter_i
-        if i >= len(self._member_buf):
-            s = self.jitter_sigma
-            f = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK) for g in self._members],
-                         axis=1)
-            self._member_buf = list(zip(f.tolist(), f.max(axis=1).tolist(),
-                                        f.mean(axis=1).tolist(), strict=True))
+        buf = self._factors
+        if i >= len(buf.fmax):
+            buf = self._factors = buf.next or self._draw(buf)
             i = 0
         self._jitter_i = i + 1
-        row, f_max, f_mean = self._member_buf[i]
         lags = self._lags
         if not lags:  # in step
-            span = dur * f_max
-            self._lags = (span, dur, row)
-            return span, dur * f_mean
+            span = dur * buf.fmax[i]
+            self._lags = (span, dur, buf.f, i)
+            return span, dur * buf.fmean[i]
+        k = len(self._members)
         if type(lags) is tuple:  # the lags the previous block left
-            last, d0, r0 = lags
-            lags = [last - d0 * f for f in r0]
+            last, d0, flat, r = lags
+            lags = [last - d0 * f for f in flat[r * k:r * k + k]]
         # (plain floats: a handful of members, where NumPy's per-call cost dominates)
-        d = [dur * f for f in row]
+        d = [dur * f for f in buf.f[i * k:i * k + k]]
         span = max([x - lag for x, lag in zip(d, lags, strict=True)])
         self._lags = [lag + span - x for x, lag in zip(d, lags, strict=True)]
-        return span, dur * f_mean
+        return span, dur * buf.fmean[i]
 
     def sync(self) -> None:
         """The members of a TP-group agent meet (a collective, a wait, a send): none is
@@ -378,15 +405,15 @@ class Accelerator:
         (``workloads.optimistic``: work run ahead of the clock that other traffic reached)."""
         return (tuple(vars(self.stats).values()), self.last_t, self.energy_j, len(self._seg),
                 self.temp_c, self._alert_armed, len(self.power.alert_rows), self.ambient_c,
-                self._ambient_next, self._started, self.ps, self._jitter_i, self._jitter_buf,
-                self._member_buf, self._lags)  # (lags: replaced, never changed in place)
+                self._ambient_next, self._started, self.ps, self._jitter_i, self._factors,
+                self._lags)  # (lags: replaced, never changed in place)
 
     def restore(self, cp: tuple) -> None:
         """Return to a :meth:`checkpoint` of this agent (the random factors drawn since are
         drawn again, the same ones; power segments and temperature alerts since are gone)."""
         (stats, self.last_t, self.energy_j, n_seg, self.temp_c, self._alert_armed, n_alerts,
          self.ambient_c, self._ambient_next, self._started, self.ps, self._jitter_i,
-         self._jitter_buf, self._member_buf, self._lags) = cp
+         self._factors, self._lags) = cp
         vars(self.stats).update(zip(vars(self.stats), stats, strict=True))
         del self._seg[n_seg:]
         rows, me = self.power.alert_rows, f"cls{self.cls}"

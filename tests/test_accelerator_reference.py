@@ -471,3 +471,30 @@ def test_a_tp_group_agent_keeps_its_slowest_members_clock():
     got_busy = [r[9] - r[8] for r in rec.rows if r[3] == "compute"]
     np.testing.assert_allclose(got_busy, want_busy, rtol=1e-9)
     assert acc.stats.compute_s == pytest.approx(sum(want_busy), rel=1e-9)
+
+
+@pytest.mark.parametrize("members", [0, 4])
+@pytest.mark.parametrize("drawn", [0, 1, acc_mod._JITTER_BLOCK - 1, acc_mod._JITTER_BLOCK])
+def test_a_restored_agent_draws_the_factors_it_drew_after_its_checkpoint(members, drawn):
+    """``restore`` takes an agent back to a ``checkpoint`` and the blocks it then runs draw
+    the same factors as the first time (``workloads.optimistic`` takes runs back and runs
+    them again), also where the checkpoint fell on a used-up buffer of pre-drawn factors
+    (``drawn`` a multiple of the block) and the first run drew the next buffer: the blocks
+    after the restore end where those of an agent that never went back end."""
+    s = device("h100-sxm")
+    ends = {}
+    for back in (False, True):
+        _env, acc, _ = _agent(
+            {"thermal": {"enabled": False}}, s, jitter_sigma=0.3, rng=np.random.default_rng(5),
+            member_rngs=[np.random.default_rng(20 + j) for j in range(members)] or None)
+        t = 0.0
+        for i in range(drawn):
+            t = acc.run_at(SMALL, t, 0, i, 0, 0)
+        acc.sync()
+        if back:
+            cp = acc.checkpoint()
+            for i in range(3):
+                acc.run_at(SMALL, t + i, 0, i, 0, 0)
+            acc.restore(cp)
+        ends[back] = [acc.run_at(SMALL, t, 0, 0, 0, 0) - t for _ in range(3)]
+    assert ends[True] == ends[False]

@@ -61,7 +61,7 @@ class RunResult:
 
 
 #: collector thresholds while a simulation runs (see _frozen_heap)
-_RUN_GC_THRESHOLDS = (10_000, 50, 100)
+_RUN_GC_THRESHOLDS = (100_000, 50, 100)
 
 
 @contextmanager
@@ -72,8 +72,14 @@ def _frozen_heap():
     1024-device run without symmetry). And collect less often while it runs: the run makes
     millions of short-lived events, generators and arrays, few of them in cycles, and at the
     default thresholds (700, 10, 10) the collector took another 10% of a 1024-device run
-    without symmetry (9,700 young and 79 full collections; at :data:`_RUN_GC_THRESHOLDS`
-    665 and 0). Both undone afterwards; nothing is freed any later."""
+    without symmetry (9,700 young and 79 full collections). A young collection walks every
+    young object alive, and what is alive at any time grows with the devices: the agents
+    running ahead of the clock keep a log of what they may have to take back
+    (``workloads.optimistic``), ~75,000 young objects at each collection of a 4096-device
+    run with compute jitter. So a young collection comes every 100,000 net allocations, not
+    every 10,000: 4 young collections in that run, 0.2 s, instead of 109 and 2.4 s
+    (``gc.callbacks``; `docs/notes/issue-14.md`, session 41); the peak memory is the same.
+    Both undone afterwards; nothing is freed any later."""
     old = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(*_RUN_GC_THRESHOLDS)
