@@ -28,6 +28,7 @@ DVFS transitions); they add up to the integral of the recorded board power.
 from __future__ import annotations
 
 import math
+import struct
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,29 +36,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from devices.factors import Factors, draw_after
 from devices.power import DevicePower, PowerSetup
 from devices.spec import DeviceSpec
 from twin.kernel.records import Recorder
 
-_JITTER_BLOCK = 1024  # compute-jitter factors drawn at once (Accelerator._jitter)
-
-
-class _Factors:
-    """One draw of :data:`_JITTER_BLOCK` blocks' duration factors and the draw after it.
-
-    ``f``: the factors; on a TP-group agent the members' factors of every block in one flat
-    list (block ``i``: ``f[i * members:(i + 1) * members]``) and the blocks' largest and mean
-    factors (``fmax``, ``fmean``): three lists, no container per block. ``next`` keeps the
-    draw that followed, so an agent taken back to a checkpoint before it
-    (:meth:`Accelerator.restore`) runs its blocks again with the same factors, not with a
-    new draw from its generators, which have moved on."""
-
-    __slots__ = ("f", "fmax", "fmean", "next")
-
-    def __init__(self, f: list[float], fmax: list[float] | None = None,
-                 fmean: list[float] | None = None):
-        self.f, self.fmax, self.fmean = f, fmax, fmean
-        self.next: _Factors | None = None
+#: one power segment's 6 float64 as bytes (``array.frombytes`` of them: a third of the cost
+#: of ``array.extend`` with a tuple, which converts item by item; the same doubles)
+_SEGMENT = struct.Struct("6d").pack
 
 
 @dataclass(frozen=True)
@@ -263,7 +249,7 @@ class Accelerator:
         self.jitter_sigma = jitter_sigma
         self.rng = rng
         # pre-drawn duration factors and the next one's index (see _jitter, _group_span)
-        self._factors = _Factors([], [], [])
+        self._factors = Factors([], [], [])
         self._jitter_i = 0
         # a TP group as one agent: its members' streams and how far each member is behind the
         # group's clock, s (see _group_span: () after a sync, a block's (span, dur, flat
@@ -334,28 +320,14 @@ class Accelerator:
         self._costs: dict[tuple, tuple] = {}
 
     def _jitter(self) -> float:
-        """The next lognormal factor (mean 1) on a block's duration. Drawn in blocks of
-        :data:`_JITTER_BLOCK`: a Generator's array draw is the same sequence as that many
-        scalar draws, so the factors are the same, at a fraction of the cost per draw."""
+        """The next lognormal factor (mean 1) on a block's duration (``devices.factors``)."""
         i = self._jitter_i
         buf = self._factors
         if i >= len(buf.f):
-            buf = self._factors = buf.next or self._draw(buf)
+            buf = self._factors = draw_after(buf, self.jitter_sigma, self.rng, None)
             i = 0
         self._jitter_i = i + 1
         return buf.f[i]
-
-    def _draw(self, buf: _Factors) -> _Factors:
-        """Draw the factors of the next :data:`_JITTER_BLOCK` blocks after ``buf``."""
-        s = self.jitter_sigma
-        if self._members is None:
-            buf.next = _Factors(self.rng.lognormal(-0.5 * s * s, s, _JITTER_BLOCK).tolist())
-        else:
-            f = np.stack([g.lognormal(-0.5 * s * s, s, _JITTER_BLOCK) for g in self._members],
-                         axis=1)
-            buf.next = _Factors(f.ravel().tolist(), f.max(axis=1).tolist(),
-                                f.mean(axis=1).tolist())
-        return buf.next
 
     def _group_span(self, dur: float) -> tuple[float, float]:
         """``(span, mean busy)`` of a block of duration ``dur`` (s) on a TP-group agent:
@@ -367,12 +339,12 @@ class Accelerator:
         Most blocks start with the members in step (a collective or a send came before):
         then the span is ``dur`` times the largest factor (rounding is monotone, so that is
         the largest ``dur * f_j`` to the bit) and the lags are kept as ``(span, dur, flat
-        factors, block)`` (see :class:`_Factors`), worked out only if another block follows
+        factors, block)`` (see ``devices.factors``), worked out only if another block follows
         before the members meet."""
         i = self._jitter_i
         buf = self._factors
         if i >= len(buf.fmax):
-            buf = self._factors = buf.next or self._draw(buf)
+            buf = self._factors = draw_after(buf, self.jitter_sigma, self.rng, self._members)
             i = 0
         self._jitter_i = i + 1
         lags = self._lags
@@ -728,7 +700,7 @@ class Accelerator:
         code = self._codes.get("comm")
         if code is None:
             code = self._codes["comm"] = len(self._codes)
-        self._seg.extend((t0, t1, (e_mem + e_dyn) / d, code, self.ps, self.temp_c))
+        self._seg.frombytes(_SEGMENT(t0, t1, (e_mem + e_dyn) / d, code, self.ps, self.temp_c))
 
     # ------------------------------------------------------------------ accounting
     def idle_until(self, t: float) -> None:
@@ -787,7 +759,7 @@ class Accelerator:
         code = self._codes.get(state)
         if code is None:
             code = self._codes[state] = len(self._codes)
-        self._seg.extend((t0, t1, watts, code, ps, self.temp_c))
+        self._seg.frombytes(_SEGMENT(t0, t1, watts, code, ps, self.temp_c))
 
     def power_segments(self) -> np.ndarray:
         """All power segments so far, shape (n, 6): t_start, t_end, watts (per device),
@@ -809,19 +781,3 @@ class Accelerator:
         return {"compute": st.compute_j * n, "memory": st.memory_j * n, "static": st.static_j * n,
                 "idle": st.idle_j * n, "regulator": st.regulator_j * n}
 
-
-def peak_power(agents: list[Accelerator]) -> float:
-    """Peak of the summed device power over the run, W (exact, from the power segments)."""
-    times, deltas = [], []
-    for a in agents:
-        seg = a.power_segments()
-        if not len(seg):
-            continue
-        times += [seg[:, 0], seg[:, 1]]
-        deltas += [seg[:, 2] * a.n, -seg[:, 2] * a.n]
-    if not times:
-        return 0.0
-    t = np.concatenate(times)
-    d = np.concatenate(deltas)
-    order = np.lexsort((d, t))  # at equal times apply decreases first
-    return float(np.cumsum(d[order]).max())

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import simpy
 
-from devices import accelerator as acc_mod
 from devices.accelerator import Accelerator, ComputeModel
+from devices.factors import JITTER_BLOCK
 from devices.power import PowerSetup, PowerSpec
 from tests.test_kernel_reference import ref_kernel
 from tests.test_power_reference import _Null, device, ref_block_energy, ref_unknowns
@@ -40,7 +40,7 @@ def test_jitter_factors_are_a_fresh_generators_lognormal_draws_across_refills():
     Generator seeded alike, also across the refill of the pre-drawn buffer; sigma < 1 jitters."""
     s = device("h100-sxm")
     sigma = 0.3
-    n = acc_mod._JITTER_BLOCK + 5
+    n = JITTER_BLOCK + 5
     env, acc, rec = _agent({"thermal": {"enabled": False}}, s, jitter_sigma=sigma,
                            rng=np.random.default_rng(7))
 
@@ -440,8 +440,8 @@ def test_a_tp_group_agent_keeps_its_slowest_members_clock():
     of the pre-drawn factors, and each block is booked for the members' mean busy time."""
     s = device("h100-sxm")
     sigma, members = 0.4, 4
-    n = acc_mod._JITTER_BLOCK + 7
-    syncs = {3, 4, 10, 500, acc_mod._JITTER_BLOCK}  # sync before these blocks
+    n = JITTER_BLOCK + 7
+    syncs = {3, 4, 10, 500, JITTER_BLOCK}  # sync before these blocks
     env, acc, rec = _agent({"thermal": {"enabled": False}}, s, jitter_sigma=sigma,
                            rng=np.random.default_rng(99),
                            member_rngs=[np.random.default_rng(10 + j) for j in range(members)])
@@ -474,7 +474,7 @@ def test_a_tp_group_agent_keeps_its_slowest_members_clock():
 
 
 @pytest.mark.parametrize("members", [0, 4])
-@pytest.mark.parametrize("drawn", [0, 1, acc_mod._JITTER_BLOCK - 1, acc_mod._JITTER_BLOCK])
+@pytest.mark.parametrize("drawn", [0, 1, JITTER_BLOCK - 1, JITTER_BLOCK])
 def test_a_restored_agent_draws_the_factors_it_drew_after_its_checkpoint(members, drawn):
     """``restore`` takes an agent back to a ``checkpoint`` and the blocks it then runs draw
     the same factors as the first time (``workloads.optimistic`` takes runs back and runs

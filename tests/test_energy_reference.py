@@ -71,7 +71,7 @@ def _peak_reference(agents):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_peak_power_is_the_max_of_the_summed_segments(seed):
-    from devices.accelerator import peak_power
+    from devices.peak import peak_power
 
     rng = np.random.default_rng(seed)
     agents = []
@@ -85,10 +85,31 @@ def test_peak_power_is_the_max_of_the_summed_segments(seed):
 
 def test_peak_power_back_to_back_segments_do_not_add():
     """A segment ending at t and the next starting at t never overlap: 300 W, not 700 W."""
-    from devices.accelerator import peak_power
+    from devices.peak import peak_power
 
     a = _Agent([[0.0, 1.0, 300.0, 0, 0, 0], [1.0, 2.0, 400.0, 0, 0, 0]], 1)
     b = _Agent([[0.0, 1.0, 100.0, 0, 0, 0], [1.0, 3.0, 50.0, 0, 0, 0]], 2)
     assert peak_power([a, b]) == pytest.approx(max(300 + 200, 400 + 100))
     assert peak_power([]) == 0.0
     assert peak_power([_Agent(np.empty((0, 6)), 3)]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_step_order_is_lexsorts_with_every_kind_of_tie(seed):
+    """``step_order`` against ``np.lexsort((d, t))``, the permutation it replaces, index for
+    index: sorted runs of times as the agents' segments make them, with ties of two (a
+    segment ending as the next starts), of many (agents in step), equal changes at equal
+    times, and times in no order."""
+    from devices.peak import step_order
+
+    rng = np.random.default_rng(seed)
+    runs = []
+    for _ in range(int(rng.integers(1, 30))):
+        edges = np.cumsum(rng.choice([0.0, 0.25, 0.5, 1.0], int(rng.integers(1, 40))))
+        runs.append(edges)
+    runs.append(rng.choice([0.0, 0.5, 3.0], int(rng.integers(0, 20))))  # no order
+    t = np.concatenate(runs)
+    d = rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0, 700.0], len(t))
+    np.testing.assert_array_equal(step_order(t, d), np.lexsort((d, t)))
+    for n in range(3):  # the shortest arrays
+        np.testing.assert_array_equal(step_order(t[:n], d[:n]), np.lexsort((d[:n], t[:n])))

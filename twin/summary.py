@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from devices.accelerator import peak_power
+from devices.peak import peak_power
 from devices.power_report import collect_alerts, power_summary
 from topologies.routing import NoRoute, Router
 from twin.build import Model, class_sizes, model_flops_per_iteration

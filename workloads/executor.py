@@ -343,25 +343,25 @@ class Executor:
         closed form (``Fabric.run_closed``), as :meth:`_collective` would run it with the
         clock; its end, s, or None when it does not qualify for the closed form (nor for
         ``optimistic``)."""
-        parts, phases, closed = self._tp_plan(cls, algo, nbytes)
+        parts, phases, closed, name = self._tp_plan(cls, algo, nbytes)
         if not closed:
             if not self._optimistic or phases is None:
                 return None
             if self.optimistic is None:
                 self.optimistic = OptimisticTP(self, exclusive_tp_groups(
                     self.layout, self.fabric, lambda c: self._groups("tp", c)))
-            return self.optimistic.run(cls, index, parts, phases, t, f"tp_{algo}")
+            return self.optimistic.run(cls, index, parts, phases, t, name)
         self.closed_form_collectives += 1
-        t1 = self.fabric.run_closed(phases, t, f"tp_{algo}", cls)
+        t1 = self.fabric.run_closed(phases, t, name, cls)
         if self.comm_energy is not None:
             self._comm_energy(parts, phases, t, self._tp_energy_kind, t1)
         return t1
 
     def _tp_plan(self, cls: int, algo: str, nbytes: float) -> tuple[tuple[int, ...], list | None,
-                                                                      bool]:
-        """(participating classes, phases, closed form?) of a TP collective of ``cls``;
-        phases only for a single-class one (the others rendezvous). Cached: these runs have
-        no failures, so neither the phases nor the closed-form check change."""
+                                                                      bool, str]:
+        """(participating classes, phases, closed form?, fabric name) of a TP collective of
+        ``cls``; phases only for a single-class one (the others rendezvous). Cached: these
+        runs have no failures, so neither the phases nor the closed-form check change."""
         key = (cls, algo, nbytes)
         hit = self._tp_plans.get(key)
         if hit is None:
@@ -370,7 +370,7 @@ class Executor:
             if len(parts) == 1:
                 phases = self._phases("tp", parts, gids, algo, nbytes)
                 closed = self._closed("tp", parts, phases)
-            hit = self._tp_plans[key] = (parts, phases, closed)
+            hit = self._tp_plans[key] = (parts, phases, closed, f"tp_{algo}")
         return hit
 
     @property
@@ -550,7 +550,7 @@ class Executor:
         gids, parts = self._groups(kind, cls)
         if len(parts) == 1:
             if self.chained and kind == "tp":  # nothing can abort it: no process needed
-                _parts, phases, closed = self._tp_plan(cls, algo, nbytes)
+                _parts, phases, closed, _name = self._tp_plan(cls, algo, nbytes)
                 return self._start_tp(parts, phases, closed, algo, cls)
             return self._spawn(self._run_collective(kind, parts, gids, algo, nbytes, cls))
         seq_key = (cls, kind)

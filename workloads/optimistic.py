@@ -122,7 +122,7 @@ class OptimisticTP:
         self.until = [-math.inf] * len(executor.stats)  # each class's reservation ends, s
         # phase -> (drain s, its links, Fabric.closed_counter), links None: not lock-step
         self._phase: dict = {}
-        self.log: dict[int, list[_Entry]] = {}
+        self.log: list[list[_Entry]] = [[] for _ in executor.stats]  # by class
         self.collectives = 0  # run ahead this way and not taken back
         self.rewinds = 0
         self._on_link = fab.flows._on_link
@@ -149,7 +149,7 @@ class OptimisticTP:
         if not self._on_link.keys().isdisjoint(links):
             return None
         ex = self.ex
-        log = self.log.setdefault(cls, [])
+        log = self.log[cls]
         end = t + drain
         log.append(_Entry(index, t, end, phases, counter, name,
                           ex.accelerators[cls].checkpoint(),
@@ -161,7 +161,7 @@ class OptimisticTP:
 
     def settle(self, cls: int) -> None:
         """The agent of ``cls`` rejoined the clock at the end of its run: all of it stands."""
-        log = self.log.get(cls)
+        log = self.log[cls]
         if log:
             log.clear()
 

@@ -57,7 +57,7 @@ class Engine(simpy.Environment):
                 f"by simulated time {self.now:.6g} s without finishing", self.max_events,
                 "a smaller workload, larger network.packet_kib, slower failure processes, "
                 "or a larger simulation.limits.max_events")])
-        if self.peek() > self.max_time:
+        if q[0][0] > self.max_time:  # (the next event's time: what peek() reads)
             raise BudgetExceeded([Problem(
                 "simulation.limits.max_sim_time_s", f"the run reached the limit of "
                 f"{self.max_time:g} simulated seconds without finishing", self.max_time,
