@@ -404,3 +404,50 @@ def test_mean_temperature_of_segments_without_length_is_the_last_ones():
     assert _mean_temp(acc([[0, 1, 0, 0, 0, 40.0], [1, 4, 0, 0, 0, 60.0]])) == 55.0
     assert _mean_temp(acc([[2, 2, 0, 0, 0, 40.0], [2, 2, 0, 0, 0, 41.0]])) == 41.0
     assert _mean_temp(acc([])) == 25.0
+
+
+@pytest.mark.parametrize("thermal", [True, False])
+def test_temperatures_are_results_only_with_a_thermal_model(tmp_path, thermal):
+    """With a thermal model the hottest device of the table is the summary's
+    ``max_temperature_c`` and each position class's max is its devices'; without one
+    (``power.thermal.enabled: false``) the die is held at a fixed temperature, an input: the
+    table says NaN, the class statistics None, the summary None, and the summary is still
+    strict JSON (no NaN); the report's heatmaps leave the temperature panel out."""
+    import json
+
+    from twin.reading import TraceData
+    from twin.report.html import heatmap_grids
+
+    res = run(_scenario(tmp_path, "mesh2d", [f"power.thermal.enabled={str(thermal).lower()}"]))
+    s = res.summary
+    df = read_table(res.trace_path, "devices")
+    temp = s["edge_effect"]["classes"]
+    json.dumps(s, allow_nan=False)
+    labels = [label for label, _ in heatmap_grids(TraceData(res.trace_path, need=("devices",)))]
+    if thermal:
+        assert df["max_temp_c"].max() == s["max_temperature_c"]
+        assert (df["mean_temp_c"] <= df["max_temp_c"]).all()
+        for pos, g in df.groupby("position", observed=True):
+            assert temp[str(pos)]["max_temp_c"]["max"] == g["max_temp_c"].max()
+        assert "max die temperature (C)" in labels
+    else:
+        assert s["max_temperature_c"] is None
+        assert df["max_temp_c"].isna().all() and df["mean_temp_c"].isna().all()
+        assert all(c["max_temp_c"] == dict.fromkeys(("mean", "std", "min", "max"))
+                   for c in temp.values())
+        assert all(c["energy_j"]["mean"] > 0 for c in temp.values())  # the rest as before
+        assert labels == ["energy per iteration (J)", "forwarded GB per iteration"]
+
+
+def test_class_statistics_skip_the_devices_without_a_value():
+    """Per class: mean, population std, min, max over the values that are not NaN, worked
+    out by hand; None where a class has none."""
+    from devices.position import class_stats
+
+    classes = np.array(["corner", "edge", "edge", "edge", "interior"])
+    got = class_stats({"t": np.array([np.nan, 40.0, np.nan, 50.0, np.nan])}, classes)
+    assert got["edge"] == {"devices": 3, "t": {"mean": 45.0, "std": 5.0, "min": 40.0,
+                                               "max": 50.0}}
+    assert got["corner"]["t"] == got["interior"]["t"] == dict.fromkeys(
+        ("mean", "std", "min", "max"))
+    assert got["corner"]["devices"] == 1

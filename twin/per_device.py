@@ -9,6 +9,12 @@ symmetry on (``symmetry_used``) a class stands for all ranks of a pipeline stage
 the class's (identical for its devices); with symmetry off every device is its own class. The
 table's ``per_class`` attribute lists the columns of the second kind.
 
+``max_temp_c`` and ``mean_temp_c`` are NaN for a device without a thermal model (one without
+thermal data, such as the TPUs of ``scenarios/torus3d.yaml``, or ``power.thermal.enabled:
+false``): its die temperature is then held at a fixed value (the leakage reference or the
+ambient), an input and not a result, as the summary's ``max_temperature_c`` (None) says;
+``edge_effect`` gives None for their statistics.
+
 ``energy_j = board_j + network_j`` (board: chip + HBM + regulator, as in the ``power`` table;
 network: the device's link-port share and its router). Summed over devices, ``board_j`` is the
 accelerators' energy and ``network_j`` plus the switches' port share is the ``network`` energy
@@ -131,8 +137,11 @@ def device_columns(model, fabric, ex, makespan: float, node=None) -> dict[str, n
         "bytes_sent": np.asarray(fabric.bytes_sent, dtype=float)[:n],
         "bytes_received": np.asarray(fabric.bytes_received, dtype=float)[:n],
         "forwarded_bytes": node.forwarded_bytes, "router_bytes": node.router_bytes,
-        "max_temp_c": per_cls([a.stats.max_temp_c for a in acc]),
-        "mean_temp_c": per_cls([_mean_temp(a) for a in acc]),
+        # (NaN without a thermal model: the temperature is then an input, held, not a result)
+        "max_temp_c": per_cls([a.stats.max_temp_c if a.thermal is not None else np.nan
+                               for a in acc]),
+        "mean_temp_c": per_cls([_mean_temp(a) if a.thermal is not None else np.nan
+                                for a in acc]),
     }
 
 

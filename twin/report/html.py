@@ -60,7 +60,8 @@ def heatmap_grids(td: TraceData) -> list[tuple[str, np.ndarray]] | None:
     """Per-device energy per iteration (J), forwarded GB per iteration and max die
     temperature (C) as ``(label, grid)``, ``grid[y, x]`` the device at those coordinates;
     None when the devices do not fill one flat x-y grid (a 3D torus, a switched cluster
-    without coordinates, no devices table)."""
+    without coordinates, no devices table). No temperature grid when no device has a thermal
+    model (the column is NaN)."""
     dev = td.table("devices")
     if dev.empty:
         return None
@@ -72,6 +73,8 @@ def heatmap_grids(td: TraceData) -> list[tuple[str, np.ndarray]] | None:
     for col, label, scale in (("energy_j", "energy per iteration (J)", iters),
                               ("forwarded_bytes", "forwarded GB per iteration", iters * 1e9),
                               ("max_temp_c", "max die temperature (C)", 1)):
+        if dev[col].isna().all():
+            continue
         grid = np.full((ny, nx_), np.nan)
         grid[dev["y"].to_numpy(), dev["x"].to_numpy()] = dev[col].to_numpy() / scale
         out.append((label, grid))
@@ -85,7 +88,7 @@ def heatmaps(td: TraceData) -> str | None:
         return None
     fig = Figure(figsize=(12, 3.6))
     for k, (label, grid) in enumerate(grids):
-        ax = fig.add_subplot(1, 3, k + 1)
+        ax = fig.add_subplot(1, len(grids), k + 1)
         im = ax.imshow(grid, origin="lower", cmap="viridis")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("x")
