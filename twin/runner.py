@@ -60,12 +60,13 @@ class RunResult:
     notes: tuple[str, ...] = ()  # e.g. stale partial traces of a killed run that were removed
 
 
-#: collector thresholds while a simulation runs (see _frozen_heap)
-_RUN_GC_THRESHOLDS = (100_000, 50, 100)
+#: collector thresholds while a simulation runs (see _frozen_heap): the youngest generation's
+#: at least, and per agent; the older generations'
+_RUN_GC_YOUNG, _RUN_GC_YOUNG_PER_AGENT, _RUN_GC_OLDER = 100_000, 200, (50, 100)
 
 
 @contextmanager
-def _frozen_heap():
+def _frozen_heap(agents: int):
     """Exempt everything built before the simulation (topology, routes, programs, agents)
     from the cyclic garbage collector while it runs: its full collections otherwise rescan
     that heap again and again, a cost that grows with devices x events (about 10% of a
@@ -73,16 +74,17 @@ def _frozen_heap():
     millions of short-lived events, generators and arrays, few of them in cycles, and at the
     default thresholds (700, 10, 10) the collector took another 10% of a 1024-device run
     without symmetry (9,700 young and 79 full collections). A young collection walks every
-    young object alive, and what is alive at any time grows with the devices: the agents
-    running ahead of the clock keep a log of what they may have to take back
-    (``workloads.optimistic``), ~75,000 young objects at each collection of a 4096-device
-    run with compute jitter. So a young collection comes every 100,000 net allocations, not
-    every 10,000: 4 young collections in that run, 0.2 s, instead of 109 and 2.4 s
-    (``gc.callbacks``; `docs/notes/issue-14.md`, session 41); the peak memory is the same.
-    Both undone afterwards; nothing is freed any later."""
+    young object alive, and what is alive grows with the ``agents``: those running ahead of
+    the clock keep a log of what they may have to take back (``workloads.optimistic``),
+    ~75,000 young objects at each collection of a 4096-device run with compute jitter (512
+    agents), ~4x that at 16384 devices. So a young collection comes every 200 net
+    allocations per agent (at least 100,000): 4 young collections in that 4096-device run,
+    0.2 s, instead of 109 and 2.4 s at the 10,000 of before, and 2 (0.5 s) instead of 23
+    (3.0 s) at 16384 devices (``gc.callbacks``; docs/notes/issue-14.md, session 41); the
+    peak memory is the same. Both undone afterwards; nothing is freed any later."""
     old = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(*_RUN_GC_THRESHOLDS)
+    gc.set_threshold(max(_RUN_GC_YOUNG, _RUN_GC_YOUNG_PER_AGENT * agents), *_RUN_GC_OLDER)
     try:
         yield
     finally:
@@ -214,7 +216,7 @@ def simulate(model: Model, recorder: Recorder, message_sink=None,
     injector.start()
     # ends when every iteration is done, or when failures cut the job off for good
     try:
-        with _frozen_heap():
+        with _frozen_heap(len(accelerators)):
             env.run(until=env.any_of([executor.done, injector.stalled]))
     except (OverflowError, FloatingPointError) as exc:
         th = scen.power.thermal
