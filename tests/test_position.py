@@ -29,6 +29,10 @@ def test_position_classes_of_a_3x3_mesh_a_line_and_a_torus():
     # a 4x1 line: the dimension of size 1 does not count, so the ends are edges
     assert position_classes(_grid(4, 1)).tolist() == ["edge", "interior", "interior", "edge"]
     assert set(position_classes(_grid(3, 3, "torus2d")).tolist()) == {"all"}
+    # a 4x2 mesh: every device is on a border of the dimension of size 2 (it counts), so
+    # the ends of each row are corners and the middles edges; none is interior
+    assert position_classes(_grid(4, 2)).tolist() == ["corner", "edge", "edge", "corner",
+                                                      "corner", "edge", "edge", "corner"]
 
 
 @pytest.mark.parametrize("nx", [2, 3, 5])
