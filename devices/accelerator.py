@@ -391,6 +391,13 @@ class Accelerator:
         rows, me = self.power.alert_rows, f"cls{self.cls}"
         rows[n_alerts:] = [r for r in rows[n_alerts:] if r[2] != me]
 
+    @property
+    def has_temperature(self) -> bool:
+        """Whether the die temperature enters the model: its thermal model, or the leakage at
+        a held temperature (``power.thermal.enabled: false``). Without either (a device with
+        no thermal and no leakage data) ``temp_c`` is a placeholder, reported as NaN."""
+        return self.thermal is not None or self.dev.has_leakage
+
     @staticmethod
     def sigma_for_cov(cov: float) -> float:
         """Lognormal sigma giving coefficient of variation ``cov``."""

@@ -113,7 +113,7 @@ def power_columns(agents: list) -> dict[str, Any]:
         cols["watts"].append(seg[:, 2])
         cols["freq_mhz"].append(np.asarray(a.dev.mhz)[ps])
         cols["volts"].append(np.asarray(a.dev.volts)[ps])
-        cols["temp_c"].append(seg[:, 5])
+        cols["temp_c"].append(seg[:, 5] if a.has_temperature else np.full(len(seg), np.nan))
         names = np.asarray(a.state_names(), dtype=object)
         states.append(names[seg[:, 3].astype(np.int64)])
     out: dict[str, Any] = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}

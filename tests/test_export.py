@@ -604,3 +604,24 @@ def test_the_largest_device_id_of_a_list_is_checked_wherever_it_stands():
         with pytest.raises(OutOfRange) as err:
             parse_devices(text, 16)
         assert err.value.args[0] == (99 if "99" in text else 41)
+
+
+def test_a_device_without_temperature_data_has_no_temperature_counter(tmp_path):
+    """A device with neither thermal nor leakage data (the TPU v5p): its temperature enters
+    nothing, so the power table's ``temp_c`` is NaN and the exported timeline has no
+    temperature counter (board power as before); the Trace Event Format file is strict
+    JSON."""
+    from tests.conftest import scenario_dict
+    from twin.scenario import load_scenario
+
+    raw = scenario_dict()
+    raw["trace"] = {"path": str(tmp_path / "tpu.h5")}
+    h5 = run(load_scenario(raw, ["cluster.device=tpu-v5p",
+                                 "power.thermal.enabled=false"])).trace_path
+    assert read_table(h5, "power")["temp_c"].isna().all()
+    out = tmp_path / "tpu.json"
+    assert main(["export", str(h5), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    _chrome_check(doc)
+    counters = {e["name"] for e in doc["traceEvents"] if e["ph"] == "C"}
+    assert "temperature (C)" not in counters and "board power (W)" in counters

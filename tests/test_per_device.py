@@ -406,37 +406,43 @@ def test_mean_temperature_of_segments_without_length_is_the_last_ones():
     assert _mean_temp(acc([])) == 25.0
 
 
-@pytest.mark.parametrize("thermal", [True, False])
-def test_temperatures_are_results_only_with_a_thermal_model(tmp_path, thermal):
+@pytest.mark.parametrize("case", ["thermal", "held", "no data"])
+def test_device_temperatures_are_those_the_model_used(tmp_path, case):
     """With a thermal model the hottest device of the table is the summary's
-    ``max_temperature_c`` and each position class's max is its devices'; without one
-    (``power.thermal.enabled: false``) the die is held at a fixed temperature, an input: the
-    table says NaN, the class statistics None, the summary None, and the summary is still
-    strict JSON (no NaN); the report's heatmaps leave the temperature panel out."""
+    ``max_temperature_c`` and each position class's max is its devices'. With it off
+    (``held``) the die is held at ``initial_c`` for its leakage: every device shows that, and
+    the summary, which gives the thermal model's result, None. A device with neither thermal
+    nor leakage data (``no data``: the TPU v5p) has no temperature in the model: NaN in the
+    table, None in the class statistics and in the summary, which stays strict JSON; the
+    report's heatmaps leave the temperature panel out."""
     import json
 
     from twin.reading import TraceData
     from twin.report.html import heatmap_grids
 
-    res = run(_scenario(tmp_path, "mesh2d", [f"power.thermal.enabled={str(thermal).lower()}"]))
+    extra = {"thermal": [], "held": ["power.thermal.enabled=false", "power.thermal.initial_c=61"],
+             "no data": ["cluster.device=tpu-v5p", "power.thermal.enabled=false"]}[case]
+    res = run(_scenario(tmp_path, "mesh2d", extra))
     s = res.summary
     df = read_table(res.trace_path, "devices")
     temp = s["edge_effect"]["classes"]
     json.dumps(s, allow_nan=False)
     labels = [label for label, _ in heatmap_grids(TraceData(res.trace_path, need=("devices",)))]
-    if thermal:
+    assert all(c["energy_j"]["mean"] > 0 for c in temp.values())  # the rest as ever
+    if case == "thermal":
         assert df["max_temp_c"].max() == s["max_temperature_c"]
         assert (df["mean_temp_c"] <= df["max_temp_c"]).all()
         for pos, g in df.groupby("position", observed=True):
             assert temp[str(pos)]["max_temp_c"]["max"] == g["max_temp_c"].max()
-        assert "max die temperature (C)" in labels
+    elif case == "held":
+        assert s["max_temperature_c"] is None
+        assert (df["max_temp_c"] == 61.0).all() and (df["mean_temp_c"] == 61.0).all()
     else:
         assert s["max_temperature_c"] is None
         assert df["max_temp_c"].isna().all() and df["mean_temp_c"].isna().all()
         assert all(c["max_temp_c"] == dict.fromkeys(("mean", "std", "min", "max"))
                    for c in temp.values())
-        assert all(c["energy_j"]["mean"] > 0 for c in temp.values())  # the rest as before
-        assert labels == ["energy per iteration (J)", "forwarded GB per iteration"]
+    assert ("max die temperature (C)" in labels) == (case != "no data")
 
 
 def test_class_statistics_skip_the_devices_without_a_value():

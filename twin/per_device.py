@@ -9,11 +9,12 @@ symmetry on (``symmetry_used``) a class stands for all ranks of a pipeline stage
 the class's (identical for its devices); with symmetry off every device is its own class. The
 table's ``per_class`` attribute lists the columns of the second kind.
 
-``max_temp_c`` and ``mean_temp_c`` are NaN for a device without a thermal model (one without
-thermal data, such as the TPUs of ``scenarios/torus3d.yaml``, or ``power.thermal.enabled:
-false``): its die temperature is then held at a fixed value (the leakage reference or the
-ambient), an input and not a result, as the summary's ``max_temperature_c`` (None) says;
-``edge_effect`` gives None for their statistics.
+``max_temp_c`` and ``mean_temp_c`` are the die temperatures the model used: the thermal
+model's, or, with ``power.thermal.enabled: false``, the temperature the die is held at for its
+leakage (``initial_c``, else the leakage reference). They are NaN for a device with neither
+thermal nor leakage data (the TPUs of ``scenarios/torus3d.yaml``), whose temperature enters
+nothing; ``edge_effect`` gives None for their statistics. The summary's
+``max_temperature_c`` is the thermal model's result: None without one.
 
 ``energy_j = board_j + network_j`` (board: chip + HBM + regulator, as in the ``power`` table;
 network: the device's link-port share and its router). Summed over devices, ``board_j`` is the
@@ -137,10 +138,9 @@ def device_columns(model, fabric, ex, makespan: float, node=None) -> dict[str, n
         "bytes_sent": np.asarray(fabric.bytes_sent, dtype=float)[:n],
         "bytes_received": np.asarray(fabric.bytes_received, dtype=float)[:n],
         "forwarded_bytes": node.forwarded_bytes, "router_bytes": node.router_bytes,
-        # (NaN without a thermal model: the temperature is then an input, held, not a result)
-        "max_temp_c": per_cls([a.stats.max_temp_c if a.thermal is not None else np.nan
+        "max_temp_c": per_cls([a.stats.max_temp_c if a.has_temperature else np.nan
                                for a in acc]),
-        "mean_temp_c": per_cls([_mean_temp(a) if a.thermal is not None else np.nan
+        "mean_temp_c": per_cls([_mean_temp(a) if a.has_temperature else np.nan
                                 for a in acc]),
     }
 

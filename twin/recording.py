@@ -20,7 +20,7 @@ POWER_COLUMNS = {"cls": "int32", "t_start": "float64", "t_end": "float64", "watt
                  "state": "category", "freq_mhz": "float64", "volts": "float64",
                  "temp_c": "float64"}
 POWER_UNITS = {"t_start": "s", "t_end": "s", "watts": "W per device (board)", "freq_mhz": "MHz",
-               "volts": "V", "temp_c": "C at t_end"}
+               "volts": "V", "temp_c": "C at t_end (NaN: no thermal or leakage data)"}
 TELEMETRY_COLUMNS = {"time_s": "float64", "power_w": "float64", "reading_w": "float64",
                      "cap_mhz": "float64"}
 TELEMETRY_UNITS = {"time_s": "s", "power_w": "W (cluster, last period)",

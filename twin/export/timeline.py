@@ -346,6 +346,8 @@ def _power_counters(td: TraceData, classes: list[int],
                             ("clock (MHz)", g["t_start"], g["freq_mhz"]),
                             ("temperature (C)", g["t_end"], g["temp_c"])):
             v = v.to_numpy()
+            if np.isnan(v).all():  # a temperature without a thermal model: no result to show
+                continue
             keep = np.r_[True, v[1:] != v[:-1]]  # a counter holds its value until it changes
             out.append(pd.DataFrame({"pid": pid, "track": track, "t": t.to_numpy()[keep],
                                      "value": v[keep]}))
