@@ -114,8 +114,8 @@ def node_traffic(topo, link_bytes: np.ndarray, link_energy_j: np.ndarray,
 def class_stats(values: dict[str, np.ndarray], classes: np.ndarray) -> dict[str, dict]:
     """Mean, spread (population standard deviation), min, max and count of each quantity per
     position class: ``{class: {"devices": n, quantity: {"mean", "std", "min", "max"}}}``, over
-    the devices with a value (not NaN: a temperature without a thermal model); None for each
-    statistic where no device of the class has one."""
+    the devices with a value (not NaN, the temperature of a device with no thermal or leakage
+    data); None for each statistic where no device of the class has one."""
     out: dict[str, dict] = {}
     for c in [c for c in POSITION_CLASSES if (classes == c).any()]:
         sel = classes == c

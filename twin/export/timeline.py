@@ -346,7 +346,7 @@ def _power_counters(td: TraceData, classes: list[int],
                             ("clock (MHz)", g["t_start"], g["freq_mhz"]),
                             ("temperature (C)", g["t_end"], g["temp_c"])):
             v = v.to_numpy()
-            if np.isnan(v).all():  # a temperature without a thermal model: no result to show
+            if np.isnan(v).all():  # a device with no thermal or leakage data has no temperature
                 continue
             keep = np.r_[True, v[1:] != v[:-1]]  # a counter holds its value until it changes
             out.append(pd.DataFrame({"pid": pid, "track": track, "t": t.to_numpy()[keep],

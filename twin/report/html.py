@@ -60,8 +60,8 @@ def heatmap_grids(td: TraceData) -> list[tuple[str, np.ndarray]] | None:
     """Per-device energy per iteration (J), forwarded GB per iteration and max die
     temperature (C) as ``(label, grid)``, ``grid[y, x]`` the device at those coordinates;
     None when the devices do not fill one flat x-y grid (a 3D torus, a switched cluster
-    without coordinates, no devices table). No temperature grid when no device has a thermal
-    model (the column is NaN)."""
+    without coordinates, no devices table). No temperature grid when no device has one (no
+    thermal or leakage data: the column is NaN)."""
     dev = td.table("devices")
     if dev.empty:
         return None
